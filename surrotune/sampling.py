@@ -1,0 +1,134 @@
+"""Samplers by name, and the distributions every sampler sees.
+
+Every parameter is an Optuna ``CategoricalDistribution`` over its ordered value list: the values
+of a kernel parameter are a designer's chosen set (tile sizes, flags), not a continuum, and one
+distribution type keeps the stored trials uniform across samplers. ``brute-force`` walks the
+*feasible* set (the known constraints applied), not the Cartesian product that Optuna's own
+``BruteForceSampler`` would walk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+import optuna
+import pandas as pd
+from optuna.distributions import BaseDistribution, CategoricalDistribution
+from optuna.samplers import BaseSampler
+from optuna.study import Study
+from optuna.trial import FrozenTrial, TrialState
+
+from surrotune.result import ParamValue
+
+__all__ = ["SAMPLER_NAMES", "FeasibleBruteForceSampler", "SpaceLike", "distributions", "make_sampler"]
+
+SAMPLER_NAMES = ("random", "tpe", "gp", "brute-force")
+
+
+class SpaceLike(Protocol):
+    """What the runner and samplers need of a search space."""
+
+    @property
+    def names(self) -> tuple[str, ...]: ...
+
+    @property
+    def values(self) -> Mapping[str, Sequence[ParamValue]]: ...
+
+    def is_feasible(self, config: Mapping[str, ParamValue]) -> bool: ...
+
+    def violated(self, config: Mapping[str, ParamValue]) -> list[str]: ...
+
+    def key(self, config: Mapping[str, ParamValue]) -> str: ...
+
+    def enumerate(self) -> pd.DataFrame: ...
+
+
+def distributions(space: SpaceLike) -> dict[str, BaseDistribution]:
+    return {name: CategoricalDistribution(list(space.values[name])) for name in space.names}
+
+
+class FeasibleBruteForceSampler(BaseSampler):
+    """Proposes every feasible configuration once, in a seeded random order.
+
+    It skips configurations that any trial of the study already holds (finished, running or
+    waiting), so several runners sharing one study split the work, and a resumed run goes on
+    where it stopped.
+    """
+
+    def __init__(self, space: SpaceLike, *, seed: int | None = None) -> None:
+        self._space = space
+        frame = space.enumerate()
+        order = np.random.default_rng(seed).permutation(len(frame))
+        records = frame.iloc[order].to_dict("records")
+        self._configs: list[dict[str, Any]] = [
+            {name: _python(value) for name, value in record.items()} for record in records
+        ]
+        self._keys = [space.key(config) for config in self._configs]
+        self._cursor = 0
+
+    def infer_relative_search_space(
+        self, study: Study, trial: FrozenTrial
+    ) -> dict[str, BaseDistribution]:
+        return distributions(self._space)
+
+    def sample_relative(
+        self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
+        taken = {
+            self._space.key(t.params)
+            for t in study.get_trials(deepcopy=False)
+            if t.number != trial.number and set(t.params) == set(self._space.names)
+        }
+        while self._cursor < len(self._configs) and self._keys[self._cursor] in taken:
+            self._cursor += 1
+        if self._cursor >= len(self._configs):
+            raise optuna.exceptions.OptunaError("brute force: every feasible configuration taken")
+        config = self._configs[self._cursor]
+        self._cursor += 1
+        return dict(config)
+
+    def sample_independent(
+        self,
+        study: Study,
+        trial: FrozenTrial,
+        param_name: str,
+        param_distribution: BaseDistribution,
+    ) -> Any:
+        # only reached for parameters outside the space; the first choice is as good as any
+        assert isinstance(param_distribution, CategoricalDistribution)
+        return param_distribution.choices[0]
+
+    def after_trial(
+        self,
+        study: Study,
+        trial: FrozenTrial,
+        state: TrialState,
+        values: Sequence[float] | None,
+    ) -> None:
+        return None
+
+
+def _python(value: Any) -> ParamValue:
+    """NumPy scalars from a DataFrame → plain Python values Optuna can store."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def make_sampler(name: str, space: SpaceLike, *, seed: int | None) -> BaseSampler:
+    """The sampler called ``name``; raises ValueError for an unknown name or a missing extra."""
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "tpe":
+        return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True)
+    if name == "gp":
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            raise ValueError(
+                "the 'gp' sampler (Optuna's GPSampler) needs PyTorch: pip install torch"
+            ) from None
+        return optuna.samplers.GPSampler(seed=seed)
+    if name == "brute-force":
+        return FeasibleBruteForceSampler(space, seed=seed)
+    raise ValueError(f"unknown sampler {name!r}; expected one of {', '.join(SAMPLER_NAMES)}")

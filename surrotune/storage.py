@@ -1,0 +1,66 @@
+"""Where trials live: one URL or path → an Optuna storage.
+
+SQLite is the default (a file next to the experiment). PostgreSQL (``postgresql://...``) or a
+journal file (``*.log``/``*.jsonl`` or ``journal:///path``) let several GPUs or hosts share one
+study. The storage stays a plain Optuna storage, so ``optuna-dashboard`` and any Optuna code can
+open it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+from optuna.storages import BaseStorage, JournalStorage, RDBStorage
+from optuna.storages.journal import JournalFileBackend, JournalRedisBackend
+
+__all__ = ["StorageError", "describe_storage", "open_storage", "storage_url"]
+
+JOURNAL_SUFFIXES = (".log", ".jsonl", ".journal")
+
+
+class StorageError(ValueError):
+    """A storage URL that cannot be opened."""
+
+
+def storage_url(text: str) -> str:
+    """Normalise a URL or a bare path to a URL (a bare ``*.db`` path means SQLite)."""
+    if "://" in text:
+        return text
+    path = Path(text).expanduser().resolve()
+    if path.suffix in JOURNAL_SUFFIXES:
+        return f"journal:///{path}"
+    return f"sqlite:///{path}"
+
+
+def open_storage(text: str) -> BaseStorage:
+    """Open (creating where needed) the storage that ``text`` names."""
+    url = storage_url(text)
+    try:
+        if url.startswith("journal:///"):
+            path = Path(url.removeprefix("journal:///")).resolve()
+            path.parent.mkdir(parents=True, exist_ok=True)
+            return JournalStorage(JournalFileBackend(str(path)))
+        if url.startswith("redis://"):
+            return JournalStorage(JournalRedisBackend(url))
+        if url.startswith("sqlite:///"):
+            Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        return RDBStorage(url, engine_kwargs=_engine_kwargs(url))
+    except (ImportError, optuna.exceptions.StorageInternalError, ValueError) as exc:
+        raise StorageError(f"cannot open storage {url}: {exc}") from exc
+
+
+def _engine_kwargs(url: str) -> dict[str, object]:
+    if url.startswith("sqlite"):
+        # several runners on one SQLite file wait for the lock rather than fail at once
+        return {"connect_args": {"timeout": 60}}
+    return {}
+
+
+def describe_storage(text: str) -> str:
+    """A short human description: the file path for file storages, else the URL."""
+    url = storage_url(text)
+    for prefix in ("sqlite:///", "journal:///"):
+        if url.startswith(prefix):
+            return url.removeprefix(prefix)
+    return url
