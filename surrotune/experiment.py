@@ -234,9 +234,7 @@ class _Reader:
         unknown = [k for k in table if k not in allowed]
         if unknown:
             name = f"{where}.{unknown[0]}" if where else unknown[0]
-            raise self.fail(
-                name, f"unknown key; expected one of: {', '.join(sorted(allowed))}"
-            )
+            raise self.fail(name, f"unknown key; expected one of: {', '.join(sorted(allowed))}")
 
     def string(self, table: Mapping[str, Any], key: str, where: str, default: Any = ...) -> Any:
         if key not in table:
@@ -271,7 +269,9 @@ class _Reader:
     ) -> str:
         value = table.get(key, default)
         if value not in options:
-            raise self.fail(f"{where}.{key}", f"expected one of {', '.join(options)}, got {value!r}")
+            raise self.fail(
+                f"{where}.{key}", f"expected one of {', '.join(options)}, got {value!r}"
+            )
         return str(value)
 
     def expression(self, text: Any, key: str, known: Sequence[str]) -> Expression:
@@ -354,7 +354,9 @@ def _parse_arguments(
     reader: _Reader, raw: Any, sizes: Sequence[str], names: Sequence[str]
 ) -> tuple[ArgumentSpec, ...]:
     if not isinstance(raw, list) or not raw:
-        raise reader.fail("arguments", "expected an array of tables [[arguments]], one per argument")
+        raise reader.fail(
+            "arguments", "expected an array of tables [[arguments]], one per argument"
+        )
     out = []
     seen = set()
     allowed = ("name", "dtype", "shape", "value", "fill", "output")
@@ -371,15 +373,21 @@ def _parse_arguments(
         try:
             np.dtype(dtype)
         except TypeError:
-            raise reader.fail(f"{where}.dtype", f"expected a NumPy dtype name, got {dtype!r}") from None
+            raise reader.fail(
+                f"{where}.dtype", f"expected a NumPy dtype name, got {dtype!r}"
+            ) from None
         has_shape, has_value = "shape" in arg, "value" in arg
         if has_shape == has_value:
-            raise reader.fail(where, "expected exactly one of 'shape' (an array) or 'value' (a scalar)")
+            raise reader.fail(
+                where, "expected exactly one of 'shape' (an array) or 'value' (a scalar)"
+            )
         shape = value = None
         if has_shape:
             raw_shape = arg["shape"]
             if not isinstance(raw_shape, list) or not raw_shape:
-                raise reader.fail(f"{where}.shape", f"expected a list of expressions, got {raw_shape!r}")
+                raise reader.fail(
+                    f"{where}.shape", f"expected a list of expressions, got {raw_shape!r}"
+                )
             shape = tuple(reader.expression(s, f"{where}.shape", sizes) for s in raw_shape)
         else:
             value = reader.expression(arg["value"], f"{where}.value", sizes)
@@ -451,6 +459,13 @@ def load_experiment(path: str | Path) -> Experiment:
         raise reader.fail("parameters", "expected a table [parameters] of name = [values]")
     if live and not params_t:
         raise reader.fail("parameters", "missing; expected at least one tuning parameter")
+    for name in params_t:
+        if name in TOP_LEVEL:
+            raise reader.fail(
+                f"parameters.{name}",
+                f"'{name}' is a top-level key, but TOML put it inside [parameters] because it "
+                "follows that header; move it to the top of the file, before the first [table]",
+            )
     parameters = {name: _parameter_values(reader, name, spec) for name, spec in params_t.items()}
     clash = sorted(set(parameters) & set(sizes))
     if clash:
@@ -472,7 +487,9 @@ def load_experiment(path: str | Path) -> Experiment:
     kernel = launch = reference = None
     arguments: tuple[ArgumentSpec, ...] = ()
     if live or "kernel" in data:
-        kernel_t = reader.table(data, "kernel", ("template", "name", "compiler", "options", "arch"))
+        kernel_t = reader.table(
+            data, "kernel", ("template", "name", "compiler", "options", "arch")
+        )
         if "template" not in kernel_t:
             raise reader.fail("kernel.template", "missing; expected the path of a .cu template")
         template = reader.file(kernel_t["template"], "kernel.template")
@@ -546,7 +563,9 @@ def load_experiment(path: str | Path) -> Experiment:
     url = reader.string(storage_t, "url", "storage", default_url)
     if "://" not in url:  # a bare path: relative to the experiment file
         url = str((path.parent / url).resolve())
-    storage = StorageSettings(url=url, study=reader.string(storage_t, "study", "storage", path.stem))
+    storage = StorageSettings(
+        url=url, study=reader.string(storage_t, "study", "storage", path.stem)
+    )
 
     return Experiment(
         path=path,

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Expression", "ExpressionError", "FUNCTIONS"]
+__all__ = ["FUNCTIONS", "Expression", "ExpressionError"]
 
 
 class ExpressionError(ValueError):

@@ -20,8 +20,8 @@ __all__ = ["USER_ATTRS", "ParamValue", "Result", "Status"]
 ParamValue = int | float | str | bool
 
 
-class Status(str, enum.Enum):
-    """Why a configuration has the outcome it has. See DESIGN.md, "Status: the failure taxonomy"."""
+class Status(enum.StrEnum):
+    """Why a configuration has the outcome it has (DESIGN.md: "the failure taxonomy")."""
 
     OK = "ok"
     COMPILE = "compile"
@@ -41,13 +41,10 @@ class Status(str, enum.Enum):
         """A configuration that breaks a known constraint was never compiled: it costs nothing."""
         return self is not Status.CONSTRAINT
 
-    def __str__(self) -> str:
-        return self.value
-
 
 #: user-attribute name -> what it holds (the single documentation source for docs/trials.md)
 USER_ATTRS: dict[str, str] = {
-    "status": "Status value: ok, compile, resource, launch, runtime, timeout, correctness, constraint",
+    "status": "ok, compile, resource, launch, runtime, timeout, correctness or constraint",
     "objective": "the objective in its own unit (ms, GB/s or GFLOP/s); null unless ok",
     "time_ms": "median kernel time in milliseconds over the timed repeats; null unless timed",
     "times_ms": "every timed repeat, in milliseconds, in the order measured",

@@ -81,7 +81,9 @@ def read_study(study: Study, space: SpaceLike) -> StudyState:
             state.evaluations += 1
         if status is Status.OK and trial.value is not None:
             best = state.best
-            if best is None or (trial.value > best.value if maximize else trial.value < best.value):
+            if best is None or (
+                trial.value > best.value if maximize else trial.value < best.value
+            ):
                 state.best = trial
     state.to_redo = [
         params for key, params in interrupted.items()
@@ -303,8 +305,6 @@ class Runner:
             return
         bar.n = min(state.evaluations, bar.total) if bar.total else state.evaluations
         best = f"best={state.best.value:.6g}" if state.best is not None else "best=-"
-        fails = " ".join(
-            f"{status.value}={n}" for status, n in sorted(state.counts.items()) if n
-        )
+        fails = " ".join(f"{status.value}={n}" for status, n in sorted(state.counts.items()) if n)
         bar.set_postfix_str(f"{best} {fails}", refresh=False)
         bar.refresh()

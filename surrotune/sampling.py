@@ -22,7 +22,13 @@ from optuna.trial import FrozenTrial, TrialState
 
 from surrotune.result import ParamValue
 
-__all__ = ["SAMPLER_NAMES", "FeasibleBruteForceSampler", "SpaceLike", "distributions", "make_sampler"]
+__all__ = [
+    "SAMPLER_NAMES",
+    "FeasibleBruteForceSampler",
+    "SpaceLike",
+    "distributions",
+    "make_sampler",
+]
 
 SAMPLER_NAMES = ("random", "tpe", "gp", "brute-force")
 

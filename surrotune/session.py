@@ -1,0 +1,352 @@
+"""One tuning session: experiment (or bare recording) → space, backend, study, runner.
+
+This is the glue between the validated experiment and the library's parts, kept out of the CLI so
+that it is usable (and tested) from Python. :func:`prepare` does every check that can fail before
+anything is written: a bad file, a recording whose parameters differ from the experiment's, a
+stored study made for another search space.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pandas as pd
+from optuna.trial import TrialState
+
+from surrotune.backends.base import Backend
+from surrotune.backends.replay import Dataset, DatasetError, ReplayBackend, load_dataset
+from surrotune.experiment import (
+    EvaluationSettings,
+    Experiment,
+    ObjectiveSpec,
+    SearchSettings,
+    StorageSettings,
+    load_experiment,
+)
+from surrotune.result import Status
+from surrotune.runner import Runner, RunSummary
+from surrotune.sampling import SpaceLike, make_sampler
+from surrotune.space import RecordedSpace, SearchSpace, SpaceError
+from surrotune.storage import StorageError, describe_storage, open_storage, storage_url
+
+__all__ = ["SetupError", "Tuning", "format_study", "format_summary", "prepare"]
+
+STUDY_ATTR = "surrotune"
+
+
+class SetupError(ValueError):
+    """Anything that stops a session before it starts; the CLI exits with code 2."""
+
+
+@dataclass
+class Tuning:
+    """A prepared session: everything checked, nothing run yet."""
+
+    experiment: Experiment
+    space: SpaceLike
+    backend: Backend
+    study: optuna.Study
+    dataset: Dataset | None
+
+    def describe(self) -> str:
+        exp = self.experiment
+        what = f"replaying {exp.evaluation.dataset}" if self.dataset else f"tuning {exp.path}"
+        size = getattr(self.space, "product_size", None)
+        try:
+            feasible = f"{len(self.space.enumerate()):,} feasible configurations"
+        except SpaceError:
+            feasible = f"{size:,} configurations in the product (too many to enumerate)"
+        return (
+            f"surrotune: {what}\n"
+            f"  {len(self.space.names)} parameters, {feasible}; sampler {exp.search.sampler}, "
+            f"budget {exp.search.trials} evaluations"
+        )
+
+    def run(self, *, progress: bool = True) -> RunSummary:
+        factory = _progress_bar if progress else None
+        try:
+            runner = Runner(
+                study=self.study,
+                space=self.space,
+                backend=self.backend,
+                trials=self.experiment.search.trials,
+                timeout_s=self.experiment.search.timeout_s,
+                batch_size=self.experiment.search.batch_size,
+                progress=factory,
+            )
+            return runner.run()
+        finally:
+            self.backend.close()
+
+
+def _progress_bar(total: int, initial: int) -> Any:
+    from tqdm.auto import tqdm
+
+    return tqdm(
+        total=total, initial=initial, unit="eval", dynamic_ncols=True, file=sys.stderr,
+        desc="surrotune",
+    )  # fmt: skip
+
+
+def _dataset_experiment(dataset_path: Path, overrides: Mapping[str, Any]) -> Experiment:
+    """An experiment for ``surrotune run --dataset FILE``: everything comes from the file."""
+    stem = dataset_path.name.removesuffix(".gz").removesuffix(".json")
+    study = f"{dataset_path.parent.name}-{stem}"
+    return Experiment(
+        path=dataset_path,
+        kernel=None,
+        sizes={},
+        arguments=(),
+        launch=None,
+        parameters={},
+        constraints=(),
+        objective=ObjectiveSpec(),
+        reference=None,
+        search=SearchSettings(),
+        evaluation=EvaluationSettings(backend="replay", dataset=dataset_path),
+        storage=StorageSettings(url=f"sqlite:///{Path.cwd() / 'surrotune.db'}", study=study),
+    )
+
+
+def prepare(experiment_path: Path | None, overrides: Mapping[str, Any] | None = None) -> Tuning:
+    """Load and check everything a run needs. Raises ExperimentError or SetupError."""
+    overrides = dict(overrides or {})
+    if experiment_path is None:
+        dataset_path = overrides.get("dataset")
+        if dataset_path is None:
+            raise SetupError("no experiment file and no --dataset")
+        if not Path(dataset_path).is_file():
+            raise SetupError(f"--dataset: file not found: {dataset_path}")
+        overrides.setdefault("backend", "replay")
+        experiment = _dataset_experiment(Path(dataset_path).resolve(), overrides)
+    else:
+        experiment = load_experiment(experiment_path)
+    experiment = experiment.with_overrides(**overrides)
+    evaluation = experiment.evaluation
+
+    dataset = None
+    if evaluation.backend == "replay":
+        if evaluation.dataset is None:
+            raise SetupError(f"{experiment.path}: the replay backend needs a dataset (--dataset)")
+        try:
+            dataset = load_dataset(evaluation.dataset)
+        except DatasetError as exc:
+            raise SetupError(str(exc)) from None
+    space = _make_space(experiment, dataset)
+    direction = dataset.direction if dataset is not None else experiment.objective.direction
+
+    try:
+        sampler = make_sampler(experiment.search.sampler, space, seed=experiment.search.seed)
+    except (ValueError, SpaceError) as exc:
+        raise SetupError(f"--sampler {experiment.search.sampler}: {exc}") from None
+    try:
+        storage = open_storage(experiment.storage.url)
+    except StorageError as exc:
+        raise SetupError(str(exc)) from None
+    study = optuna.create_study(
+        storage=storage,
+        study_name=experiment.storage.study,
+        sampler=sampler,
+        direction=direction,
+        load_if_exists=True,
+    )
+    _check_or_record_study(study, experiment, space, direction, dataset)
+
+    backend: Backend
+    if dataset is not None:
+        backend = ReplayBackend(dataset)
+    else:
+        from surrotune.backends.cuda import CudaBackend
+
+        backend = CudaBackend(experiment)
+    return Tuning(experiment, space, backend, study, dataset)
+
+
+def _make_space(experiment: Experiment, dataset: Dataset | None) -> SpaceLike:
+    parameters = dict(experiment.parameters)
+    constraints = list(experiment.constraints)
+    sizes = dict(experiment.sizes)
+    if dataset is not None:
+        if parameters and list(parameters) != list(dataset.parameters):
+            raise SetupError(
+                f"{experiment.path}: [parameters] are {', '.join(parameters)} but the recording "
+                f"{dataset.path} has {', '.join(dataset.parameters)}"
+            )
+        if parameters:
+            for name, values in parameters.items():
+                extra = [v for v in values if v not in dataset.parameters[name]]
+                if extra:
+                    raise SetupError(
+                        f"{experiment.path}: parameters.{name}: values {extra} are not in the "
+                        f"recording {dataset.path}"
+                    )
+        else:
+            parameters = {name: tuple(v) for name, v in dataset.parameters.items()}
+        constraints = constraints or list(dataset.constraints)
+        if not constraints:
+            return RecordedSpace(dataset)
+    try:
+        return SearchSpace(parameters, constraints, sizes)
+    except SpaceError as exc:
+        raise SetupError(f"{experiment.path}: {exc}") from None
+
+
+def _check_or_record_study(
+    study: optuna.Study,
+    experiment: Experiment,
+    space: SpaceLike,
+    direction: str,
+    dataset: Dataset | None,
+) -> None:
+    """A resumed study must be the same search; a new one records what it is."""
+    described = {
+        "parameters": {name: list(space.values[name]) for name in space.names},
+        "constraints": list(experiment.constraints),
+        "direction": direction,
+        "objective": dataset.objective if dataset is not None else experiment.objective.metric,
+        "backend": experiment.evaluation.backend,
+        "dataset": str(experiment.evaluation.dataset) if experiment.evaluation.dataset else None,
+        "experiment": str(experiment.path),
+        "sizes": dict(experiment.sizes),
+    }
+    stored = study.user_attrs.get(STUDY_ATTR)
+    if stored is None:
+        if study.get_trials(deepcopy=False):
+            raise SetupError(
+                f"study {study.study_name!r} in {describe_storage(experiment.storage.url)} holds "
+                "trials that surrotune did not write; choose another --study name"
+            )
+        study.set_user_attr(STUDY_ATTR, described)
+        return
+    if stored.get("parameters") != described["parameters"]:
+        raise SetupError(
+            f"study {study.study_name!r} in {describe_storage(experiment.storage.url)} was made "
+            f"for other parameters ({_short(stored.get('parameters'))}) than this run's "
+            f"({_short(described['parameters'])}); choose another --study name or --storage"
+        )
+    if stored.get("direction") != direction:
+        raise SetupError(
+            f"study {study.study_name!r} optimises {stored.get('direction')}, this run {direction}"
+        )
+
+
+def _short(parameters: Any) -> str:
+    if not isinstance(parameters, dict):
+        return repr(parameters)
+    return ", ".join(f"{k}={v}" for k, v in parameters.items())[:300]
+
+
+# --------------------------------------------------------------------------- printing
+
+
+def _config_text(params: Mapping[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in params.items())
+
+
+def format_summary(tuning: Tuning, summary: RunSummary) -> str:
+    exp = tuning.experiment
+    lines = []
+    reasons = {
+        "budget": "the budget of evaluations is spent",
+        "timeout": "the time limit was reached",
+        "exhausted": "every feasible configuration has been evaluated",
+        "stalled": "the sampler kept proposing configurations already tried or infeasible",
+        "interrupted": "interrupted; run the same command again to continue",
+    }
+    lines.append(f"\nStopped: {reasons.get(summary.stop_reason, summary.stop_reason)}.")
+    best = summary.best
+    if best is not None:
+        unit = "ms" if summary.direction == "minimize" else exp.objective.metric
+        lines.append(f"Best configuration (trial {best.number}): {_config_text(best.params)}")
+        extra = ""
+        time_ms = best.user_attrs.get("time_ms")
+        if tuning.dataset is None and time_ms:
+            rates = exp.objective.rates(time_ms, {**exp.sizes, **best.params})
+            extra = "".join(f", {v:,.1f} {k}" for k, v in rates.items())
+        lines.append(f"  objective: {best.value:.6g} {unit}{extra}")
+    else:
+        lines.append("No configuration ran successfully.")
+    counts = summary.counts
+    counted = [s for s in Status if s.counts_as_evaluation and counts.get(s)]
+    parts = ", ".join(f"{s.value} {counts[s]}" for s in counted)
+    lines.append(
+        f"Evaluations: {summary.evaluations} ({summary.new_evaluations} in this run): {parts}"
+    )
+    if counts.get(Status.CONSTRAINT):
+        lines.append(
+            f"  {counts[Status.CONSTRAINT]} proposals broke a known constraint "
+            "(recorded, never compiled, not counted)"
+        )
+    if summary.simulated_time_ms is not None:
+        lines.append(
+            f"Simulated tuning time (recorded compile + benchmark): "
+            f"{summary.simulated_time_ms / 1000:.1f} s"
+        )
+    where = describe_storage(exp.storage.url)
+    lines.append(f"Trials stored in {where} (study '{summary.study_name}').")
+    lines.append(f"  surrotune show {where} --study {summary.study_name}")
+    return "\n".join(lines)
+
+
+def _load_study(storage: str, study_name: str | None) -> optuna.Study:
+    url = storage_url(storage)
+    if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).is_file():
+        raise SetupError(f"{storage}: no such database file")
+    try:
+        opened = open_storage(storage)
+    except StorageError as exc:
+        raise SetupError(str(exc)) from None
+    names = [s.study_name for s in optuna.get_all_study_summaries(opened)]
+    if study_name is None:
+        if len(names) != 1:
+            raise SetupError(
+                f"{storage} holds {len(names)} studies; choose one with --study: "
+                + ", ".join(names)
+            )
+        study_name = names[0]
+    if study_name not in names:
+        raise SetupError(f"{storage} has no study {study_name!r}; it has: {', '.join(names)}")
+    return optuna.load_study(study_name=study_name, storage=opened)
+
+
+def format_study(storage: str, study_name: str | None, *, top: int = 10) -> str:
+    """The best configurations of a stored study, as a table, plus the counts by status."""
+    study = _load_study(storage, study_name)
+    trials = study.get_trials(deepcopy=False)
+    done = [
+        t for t in trials
+        if t.state == TrialState.COMPLETE and "duplicate_of" not in t.user_attrs
+    ]  # fmt: skip
+    reverse = study.direction == optuna.study.StudyDirection.MAXIMIZE
+    done.sort(key=lambda t: t.value if t.value is not None else float("nan"), reverse=reverse)
+    counts: dict[str, int] = {}
+    for t in trials:
+        status = t.user_attrs.get("status")
+        if status and "duplicate_of" not in t.user_attrs:
+            counts[status] = counts.get(status, 0) + 1
+    rows = []
+    for rank, t in enumerate(done[:top], start=1):
+        times = t.user_attrs.get("times_ms") or []
+        spread = (
+            f"{100 * statistics.pstdev(times) / statistics.median(times):.1f}%"
+            if len(times) > 1 else "-"
+        )  # fmt: skip
+        rows.append(
+            {"rank": rank, "trial": t.number, "value": t.value, **t.params, "spread": spread,
+             "regs": t.user_attrs.get("registers")}
+        )  # fmt: skip
+    header = (
+        f"study '{study.study_name}' in {describe_storage(storage)}: {len(trials)} trials, "
+        f"direction {study.direction.name.lower()}\n"
+        "by status: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+    )
+    if not rows:
+        return header + "\nno successful configuration yet"
+    table = pd.DataFrame(rows).to_string(index=False)
+    return f"{header}\n\n{table}"
