@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from surrotune.errors import SurrotuneError
 from surrotune.expressions import Expression, ExpressionError
 from surrotune.result import ParamValue
 
@@ -42,7 +43,7 @@ FILLS = ("random", "randint", "ones", "zeros", "output")
 METRICS = {"time": "minimize", "GFLOP/s": "maximize", "GB/s": "maximize"}
 
 
-class ExperimentError(ValueError):
+class ExperimentError(SurrotuneError, ValueError):
     """A bad experiment file: which file, which key, what was expected."""
 
     def __init__(self, file: Path | str, key: str, message: str) -> None:

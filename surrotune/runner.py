@@ -28,7 +28,13 @@ from surrotune.backends.base import Backend
 from surrotune.result import ParamValue, Result, Status
 from surrotune.sampling import SpaceLike, distributions
 
-__all__ = ["RunError", "RunSummary", "Runner", "StudyState", "read_study"]
+__all__ = ["RUNNER_ATTRS", "RunError", "RunSummary", "Runner", "StudyState", "read_study"]
+
+#: user attributes the runner adds beside the Result's (documented in docs/trials.md)
+RUNNER_ATTRS: dict[str, str] = {
+    "duplicate_of": "number of the trial that measured this configuration first; not counted",
+    "interrupted": "true on a trial cut short by Ctrl-C; not counted, measured again on resume",
+}
 
 #: consecutive batches without a single evaluation before the runner gives up on the sampler
 MAX_IDLE_BATCHES = 200

@@ -14,12 +14,14 @@ import optuna
 from optuna.storages import BaseStorage, JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend, JournalRedisBackend
 
+from surrotune.errors import SurrotuneError
+
 __all__ = ["StorageError", "describe_storage", "open_storage", "storage_url"]
 
 JOURNAL_SUFFIXES = (".log", ".jsonl", ".journal")
 
 
-class StorageError(ValueError):
+class StorageError(SurrotuneError, ValueError):
     """A storage URL that cannot be opened."""
 
 

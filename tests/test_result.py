@@ -46,3 +46,13 @@ def test_fail_without_status_is_generic_failure() -> None:
 def test_constraint_is_not_an_evaluation() -> None:
     assert not Status.CONSTRAINT.counts_as_evaluation
     assert all(s.counts_as_evaluation for s in Status if s is not Status.CONSTRAINT)
+
+
+def test_docs_list_every_attribute() -> None:
+    from pathlib import Path
+
+    from surrotune.runner import RUNNER_ATTRS
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "trials.md").read_text()
+    for name in [*USER_ATTRS, *RUNNER_ATTRS]:
+        assert f"| `{name}` |" in page, name
