@@ -15,7 +15,8 @@ from pathlib import Path
 import optuna
 
 from surrotune import session
-from surrotune.experiment import SAMPLERS, ExperimentError, parse_duration
+from surrotune.errors import SurrotuneError
+from surrotune.experiment import SAMPLERS, parse_duration
 
 __all__ = ["main"]
 
@@ -62,7 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "run":
             return _run(args)
         return _show(args)
-    except (ExperimentError, session.SetupError) as exc:
+    except SurrotuneError as exc:
         print(f"surrotune: error: {exc}", file=sys.stderr)
         return 2
 

@@ -500,7 +500,7 @@ def load_experiment(path: str | Path) -> Experiment:
         kernel = KernelSpec(
             template=template,
             name=reader.string(kernel_t, "name", "kernel"),
-            compiler=reader.choice(kernel_t, "compiler", "kernel", ("nvcc", "nvrtc"), "nvcc"),
+            compiler=reader.choice(kernel_t, "compiler", "kernel", ("nvcc",), "nvcc"),
             options=tuple(options),
             arch=reader.string(kernel_t, "arch", "kernel", None),
         )

@@ -51,6 +51,7 @@ class StudyState:
     evaluated: dict[str, FrozenTrial] = field(default_factory=dict)  # config key → first trial
     counts: Counter[Status] = field(default_factory=Counter)
     evaluations: int = 0
+    duplicates: int = 0
     best: FrozenTrial | None = None
     to_redo: list[dict[str, ParamValue]] = field(default_factory=list)
 
@@ -79,9 +80,10 @@ def read_study(study: Study, space: SpaceLike) -> StudyState:
         status = _status(trial)
         if status is None or not trial.state.is_finished():
             continue
-        state.counts[status] += 1
         if "duplicate_of" in trial.user_attrs:
+            state.duplicates += 1
             continue
+        state.counts[status] += 1
         state.evaluated.setdefault(key, trial)
         if status.counts_as_evaluation:
             state.evaluations += 1
@@ -107,6 +109,7 @@ class RunSummary:
     evaluations: int
     new_evaluations: int
     counts: Mapping[Status, int]
+    duplicates: int
     best: FrozenTrial | None
     interrupted: bool
     stop_reason: str
@@ -224,6 +227,7 @@ class Runner:
             evaluations=state.evaluations,
             new_evaluations=state.evaluations - initial,
             counts=dict(state.counts),
+            duplicates=state.duplicates,
             best=state.best,
             interrupted=interrupted,
             stop_reason=stop_reason,
@@ -284,16 +288,18 @@ class Runner:
         self, trial: Trial, result: Result, duplicate_of: int | None, state: StudyState
     ) -> None:
         for name, value in result.to_user_attrs(list(self.space.names)).items():
-            trial.set_user_attr(name, value)
+            if value is not None and value != "" and value != [] and value != {}:
+                trial.set_user_attr(name, value)  # unknown fields are left out: one write less
         if duplicate_of is not None:
             trial.set_user_attr("duplicate_of", duplicate_of)
         if result.ok:
             frozen = self.study.tell(trial, result.objective)
         else:
             frozen = self.study.tell(trial, state=TrialState.FAIL)
-        state.counts[result.status] += 1
         if duplicate_of is not None:
+            state.duplicates += 1
             return
+        state.counts[result.status] += 1
         state.evaluated.setdefault(self.space.key(result.config), frozen)
         if result.status.counts_as_evaluation:
             state.evaluations += 1

@@ -20,6 +20,7 @@ import pandas as pd
 from optuna.trial import TrialState
 
 from surrotune.backends.base import Backend
+from surrotune.errors import SurrotuneError
 from surrotune.backends.replay import Dataset, DatasetError, ReplayBackend, load_dataset
 from surrotune.experiment import (
     EvaluationSettings,
@@ -40,7 +41,7 @@ __all__ = ["SetupError", "Tuning", "format_study", "format_summary", "prepare"]
 STUDY_ATTR = "surrotune"
 
 
-class SetupError(ValueError):
+class SetupError(SurrotuneError, ValueError):
     """Anything that stops a session before it starts; the CLI exits with code 2."""
 
 
@@ -283,6 +284,11 @@ def format_summary(tuning: Tuning, summary: RunSummary) -> str:
             f"  {counts[Status.CONSTRAINT]} proposals broke a known constraint "
             "(recorded, never compiled, not counted)"
         )
+    if summary.duplicates:
+        lines.append(
+            f"  {summary.duplicates} proposals repeated a measured configuration "
+            "(answered from the study, not counted)"
+        )
     if summary.simulated_time_ms is not None:
         lines.append(
             f"Simulated tuning time (recorded compile + benchmark): "
@@ -334,13 +340,13 @@ def format_study(storage: str, study_name: str | None, *, top: int = 10) -> str:
     for rank, t in enumerate(done[:top], start=1):
         times = t.user_attrs.get("times_ms") or []
         spread = (
-            f"{100 * statistics.pstdev(times) / statistics.median(times):.1f}%"
+            f"{100 * statistics.pstdev(times) / statistics.median(times):.1f}"
             if len(times) > 1 else "-"
         )  # fmt: skip
-        rows.append(
-            {"rank": rank, "trial": t.number, "value": t.value, **t.params, "spread": spread,
-             "regs": t.user_attrs.get("registers")}
-        )  # fmt: skip
+        row = {"rank": rank, "trial": t.number, "value": t.value, **t.params, "sd%": spread}
+        if "registers" in t.user_attrs:
+            row["regs"] = t.user_attrs["registers"]
+        rows.append(row)
     header = (
         f"study '{study.study_name}' in {describe_storage(storage)}: {len(trials)} trials, "
         f"direction {study.direction.name.lower()}\n"
@@ -348,5 +354,5 @@ def format_study(storage: str, study_name: str | None, *, top: int = 10) -> str:
     )
     if not rows:
         return header + "\nno successful configuration yet"
-    table = pd.DataFrame(rows).to_string(index=False)
+    table = pd.DataFrame(rows).fillna("-").to_string(index=False)
     return f"{header}\n\n{table}"

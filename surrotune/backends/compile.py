@@ -1,0 +1,524 @@
+"""Compile a rendered kernel to a cubin with nvcc and read what it costs in hardware resources.
+
+This is the part of the CUDA backend that needs no GPU: it runs wherever nvcc is installed, so
+compile failures and resource usage can be tested and recorded on CI, and a batch can be compiled
+on the CPU cores while the GPU measures the previous one (nvcc is a subprocess, so threads are
+enough for parallelism).
+
+Resource usage comes from two places, because neither alone has everything:
+
+* ``ptxas -v`` reports registers, static shared memory, the stack frame and spills per entry
+  function (it stopped printing ``cmem`` in CUDA 13);
+* the cubin itself (an ELF file) holds the kernel's constant bank 0 (parameters and driver
+  area), the module's ``__constant__`` data and the ``__launch_bounds__`` maximum (in
+  ``.nv.info.<kernel>``).
+
+Failures keep the distinction the sampler learns from: a ptxas "uses too much shared data" or a
+register-allocation failure is a *resource* failure (:attr:`CompileError.is_resource`, recorded as
+``Status.RESOURCE``), while a syntax or type error is a plain *compile* failure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import signal
+import struct
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "CompileError",
+    "CompileRequest",
+    "CompiledKernel",
+    "KernelResources",
+    "compile_kernel",
+    "compile_many",
+    "nvcc_version",
+    "parse_ptxas_report",
+]
+
+#: bump when the cache layout or the meaning of a cached field changes
+_CACHE_VERSION = 1
+#: how much of a failing compiler log is kept in the error message
+_MAX_MESSAGE_LINES = 40
+_MAX_MESSAGE_CHARS = 4000
+
+
+@dataclass(frozen=True)
+class CompileRequest:
+    """One kernel source to compile. ``options`` are extra nvcc flags from the experiment."""
+
+    source: str
+    kernel_name: str
+    arch: str = "sm_90"
+    options: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        # a list from a TOML file would make the frozen request unhashable; normalise it once
+        object.__setattr__(self, "options", tuple(str(o) for o in self.options))
+
+    def cache_key(self, compiler_version: str) -> str:
+        """The cache key given the compiler's ``--version`` text (see :attr:`key`)."""
+        payload = json.dumps(
+            [
+                _CACHE_VERSION,
+                self.source,
+                self.kernel_name,
+                self.arch,
+                list(self.options),
+                compiler_version,
+            ]
+        )
+        return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+    @property
+    def key(self) -> str:
+        """sha256 over everything that decides the cubin, including the ``nvcc`` on PATH.
+
+        The compiler version is part of it because a new ptxas allocates registers differently,
+        and a stale cubin would silently misreport the resource usage.
+        """
+        return self.cache_key(nvcc_version())
+
+
+@dataclass(frozen=True)
+class KernelResources:
+    """Per-kernel resource usage, as the compiler allocated it.
+
+    ``local_bytes`` is the per-thread local memory, i.e. the stack frame: ptxas places spilled
+    registers inside the stack frame, so the spill counts (bytes moved by spill instructions, not
+    space) are reported separately rather than added to it.
+    """
+
+    registers: int
+    shared_static_bytes: int
+    local_bytes: int
+    stack_frame_bytes: int
+    spill_store_bytes: int
+    spill_load_bytes: int
+    constant_bytes: int
+    barriers: int = 0
+    max_threads_per_block: int | None = None
+
+
+@dataclass(frozen=True)
+class CompiledKernel:
+    """A compiled cubin with its resource report; ``cached`` when it came from the disk cache."""
+
+    cubin: bytes
+    kernel_name: str
+    resources: KernelResources
+    compile_time_ms: float
+    log: str
+    cached: bool = False
+
+
+class CompileError(Exception):
+    """nvcc refused the source, ran out of time, or did not produce the requested kernel.
+
+    ``message`` holds the useful lines of the compiler log. ``is_resource`` is true when the
+    source is valid but needs more than the architecture gives (too much shared memory, register
+    allocation failure): the backend records those as ``Status.RESOURCE``, the rest as
+    ``Status.COMPILE`` (or ``Status.TIMEOUT`` when ``timed_out``).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        compile_time_ms: float = 0.0,
+        timed_out: bool = False,
+        is_resource: bool = False,
+        log: str = "",
+        cached: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.compile_time_ms = compile_time_ms
+        self.timed_out = timed_out
+        self.is_resource = is_resource
+        self.log = log
+        self.cached = cached
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # keyword-only arguments do not survive the default Exception pickling (process pools)
+        return (_rebuild_error, (self.message, self._fields()))
+
+    def _fields(self) -> dict[str, Any]:
+        return {
+            "compile_time_ms": self.compile_time_ms,
+            "timed_out": self.timed_out,
+            "is_resource": self.is_resource,
+            "log": self.log,
+            "cached": self.cached,
+        }
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _rebuild_error(message: str, fields: dict[str, Any]) -> CompileError:
+    return CompileError(message, **fields)
+
+
+# --- the ptxas report ------------------------------------------------------------------------
+
+_ENTRY = re.compile(r"Compiling entry function '([^']+)' for '([^']+)'")
+_USED = re.compile(r"Used (\d+) registers(?P<rest>[^\n]*)")
+_SMEM = re.compile(r"(\d+) bytes smem")
+_BARRIERS = re.compile(r"used (\d+) barriers")
+_CMEM0 = re.compile(r"(\d+) bytes cmem\[0\]")
+_RESOURCE = re.compile(
+    r"too much (shared|local|parameter|constant)? ?(data|space|memory)|too many resources"
+    r"|register allocation|insufficient registers|out of registers|parameter space overflowed",
+    re.IGNORECASE,
+)
+
+
+def _properties(log: str, kernel_name: str) -> tuple[int, int, int]:
+    match = re.search(
+        rf"Function properties for {re.escape(kernel_name)}\s*\n\s*(\d+) bytes stack frame, "
+        r"(\d+) bytes spill stores, (\d+) bytes spill loads",
+        log,
+    )
+    return (int(match[1]), int(match[2]), int(match[3])) if match else (0, 0, 0)
+
+
+def parse_ptxas_report(log: str, kernel_name: str) -> KernelResources | None:
+    """The resources ptxas reported for the entry function ``kernel_name``; None if absent.
+
+    Only the block that follows "Compiling entry function '<name>'" is read, so other kernels
+    in the same file do not leak into the report. ``constant_bytes`` is ptxas' ``cmem[0]`` where
+    it still prints one (before CUDA 13), else 0: :func:`compile_kernel` fills it from the cubin.
+    """
+    entries = list(_ENTRY.finditer(log))
+    for index, entry in enumerate(entries):
+        if entry[1] != kernel_name:
+            continue
+        end = entries[index + 1].start() if index + 1 < len(entries) else len(log)
+        block = log[entry.end() : end]
+        used = _USED.search(block)
+        if used is None:
+            return None
+        rest = used["rest"]
+        smem = _SMEM.search(rest)
+        barriers = _BARRIERS.search(rest)
+        cmem = _CMEM0.search(rest)
+        stack, spill_stores, spill_loads = _properties(log, kernel_name)
+        return KernelResources(
+            registers=int(used[1]),
+            shared_static_bytes=int(smem[1]) if smem else 0,
+            local_bytes=stack,
+            stack_frame_bytes=stack,
+            spill_store_bytes=spill_stores,
+            spill_load_bytes=spill_loads,
+            constant_bytes=int(cmem[1]) if cmem else 0,
+            barriers=int(barriers[1]) if barriers else 0,
+        )
+    return None
+
+
+def _useful_lines(log: str) -> str:
+    """The compiler log without the ptxas info chatter, capped, for an error message."""
+    kept = [
+        line.rstrip()
+        for line in log.splitlines()
+        if line.strip()
+        and not line.startswith("ptxas info")
+        and not re.match(r"\s+\d+ bytes stack frame", line)
+    ]
+    if not kept:
+        kept = [line.rstrip() for line in log.splitlines() if line.strip()][-_MAX_MESSAGE_LINES:]
+    text = "\n".join(kept[:_MAX_MESSAGE_LINES])
+    if len(kept) > _MAX_MESSAGE_LINES:
+        text += f"\n... ({len(kept) - _MAX_MESSAGE_LINES} more lines)"
+    return text[:_MAX_MESSAGE_CHARS] or "(the compiler printed nothing)"
+
+
+# --- the cubin -------------------------------------------------------------------------------
+
+_EIATTR_MAX_THREADS = 0x05  # __launch_bounds__ maximum, three u32 (x, y, z)
+_EIFMT_SVAL = 0x04  # attribute with a u16 size and a payload; the other formats are 4 bytes
+
+
+def _elf_sections(cubin: bytes) -> dict[str, tuple[int, int]]:
+    """Section name -> (offset, size) of a little-endian ELF64 cubin; {} for anything else."""
+    if len(cubin) < 64 or cubin[:4] != b"\x7fELF" or cubin[4] != 2 or cubin[5] != 1:
+        return {}
+    try:
+        (shoff,) = struct.unpack_from("<Q", cubin, 0x28)
+        shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
+        headers = [
+            struct.unpack_from("<IIQQQQ", cubin, shoff + i * shentsize) for i in range(shnum)
+        ]
+        strtab = headers[shstrndx][4]
+        sections: dict[str, tuple[int, int]] = {}
+        for name_offset, _type, _flags, _addr, offset, size in headers:
+            start = strtab + name_offset
+            name = cubin[start : cubin.index(b"\0", start)].decode("ascii", "replace")
+            sections[name] = (offset, size)
+        return sections
+    except (struct.error, IndexError, ValueError):
+        return {}
+
+
+def _cubin_kernel_info(cubin: bytes, kernel_name: str) -> tuple[int | None, int | None]:
+    """(constant bytes, max threads per block from __launch_bounds__) read from the cubin."""
+    sections = _elf_sections(cubin)
+    if not sections:
+        return None, None
+    constant = 0
+    for name, (_offset, size) in sections.items():
+        if name == f".nv.constant0.{kernel_name}" or re.fullmatch(r"\.nv\.constant[1-9]\d*", name):
+            constant += size
+    max_threads = None
+    offset, size = sections.get(f".nv.info.{kernel_name}", (0, 0))
+    pos, end = offset, offset + size
+    while pos + 4 <= end:
+        fmt, attr = cubin[pos], cubin[pos + 1]
+        if fmt == _EIFMT_SVAL:
+            (length,) = struct.unpack_from("<H", cubin, pos + 2)
+            if attr == _EIATTR_MAX_THREADS and length >= 12:
+                x, y, z = struct.unpack_from("<III", cubin, pos + 4)
+                max_threads = x * y * z
+            pos += 4 + length
+        else:
+            pos += 4
+    return constant, max_threads
+
+
+# --- running nvcc ----------------------------------------------------------------------------
+
+
+def _nvcc_missing(nvcc: str) -> FileNotFoundError:
+    return FileNotFoundError(
+        f"the CUDA compiler {nvcc!r} was not found; install the CUDA toolkit or pass nvcc=<path>"
+    )
+
+
+def nvcc_version(nvcc: str = "nvcc") -> str:
+    """The full ``nvcc --version`` text (release and build), part of every cache key."""
+    try:
+        done = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=False)
+    except FileNotFoundError as exc:
+        raise _nvcc_missing(nvcc) from exc
+    if done.returncode != 0:
+        raise FileNotFoundError(f"{nvcc!r} --version failed: {done.stderr.strip()}")
+    return done.stdout.strip()
+
+
+def _run(command: list[str], cwd: str, timeout_s: float) -> tuple[int | None, str]:
+    """Run nvcc in its own process group; on timeout kill the group (cicc, ptxas) and say None.
+
+    Killing only nvcc would leave its children holding the pipes, and the wait would hang.
+    """
+    try:
+        process = subprocess.Popen(
+            command,
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+    except FileNotFoundError as exc:
+        raise _nvcc_missing(command[0]) from exc
+    try:
+        output, _ = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        output, _ = process.communicate()
+        return None, output or ""
+    return process.returncode, output or ""
+
+
+def _read_cache(directory: Path, key: str, kernel_name: str) -> CompiledKernel | None:
+    meta_path = directory / f"{key}.json"
+    if not meta_path.is_file():
+        return None
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        if meta.get("version") != _CACHE_VERSION or meta.get("kernel_name") != kernel_name:
+            return None
+        if not meta["ok"]:
+            raise CompileError(
+                meta["message"],
+                compile_time_ms=meta["compile_time_ms"],
+                is_resource=meta["is_resource"],
+                log=meta["log"],
+                cached=True,
+            )
+        cubin = (directory / f"{key}.cubin").read_bytes()
+        return CompiledKernel(
+            cubin=cubin,
+            kernel_name=kernel_name,
+            resources=KernelResources(**meta["resources"]),
+            compile_time_ms=meta["compile_time_ms"],
+            log=meta["log"],
+            cached=True,
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # a damaged entry is a miss; the compile below overwrites it
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    """Write via a rename so that runners sharing a cache never read half a file."""
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def _write_cache(
+    directory: Path, key: str, kernel_name: str, outcome: CompiledKernel | CompileError
+) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    meta: dict[str, Any] = {
+        "version": _CACHE_VERSION,
+        "kernel_name": kernel_name,
+        "compile_time_ms": outcome.compile_time_ms,
+    }
+    if isinstance(outcome, CompiledKernel):
+        _write_atomically(directory / f"{key}.cubin", outcome.cubin)
+        meta |= {
+            "ok": True,
+            "resources": dataclasses.asdict(outcome.resources),
+            "log": outcome.log,
+        }
+    else:
+        meta |= {
+            "ok": False,
+            "message": outcome.message,
+            "is_resource": outcome.is_resource,
+            "log": outcome.log,
+        }
+    _write_atomically(directory / f"{key}.json", json.dumps(meta).encode("utf-8"))
+
+
+def _compile_uncached(
+    request: CompileRequest, nvcc: str, timeout_s: float
+) -> tuple[CompiledKernel | CompileError, bool]:
+    """Compile once; the flag says whether the outcome is deterministic, hence cacheable."""
+    with tempfile.TemporaryDirectory(prefix="surrotune-nvcc-") as workdir:
+        source = Path(workdir, "kernel.cu")
+        source.write_text(request.source, encoding="utf-8")
+        command = [
+            nvcc,
+            "-cubin",
+            f"-arch={request.arch}",
+            "-Xptxas",
+            "-v",
+            *request.options,
+            "-o",
+            "kernel.cubin",
+            source.name,
+        ]
+        started = time.perf_counter()
+        returncode, log = _run(command, workdir, timeout_s)
+        elapsed_ms = (time.perf_counter() - started) * 1000.0
+        if returncode is None:
+            message = f"nvcc did not finish within {timeout_s:g} s"
+            return CompileError(
+                message, compile_time_ms=elapsed_ms, timed_out=True, log=log
+            ), False
+        if returncode != 0:
+            error = CompileError(
+                _useful_lines(log),
+                compile_time_ms=elapsed_ms,
+                is_resource=bool(_RESOURCE.search(log)),
+                log=log,
+            )
+            # a positive exit code is the compiler's verdict; a signal (OOM kill) is not
+            return error, returncode > 0
+        cubin = Path(workdir, "kernel.cubin").read_bytes()
+    resources = parse_ptxas_report(log, request.kernel_name)
+    if resources is None:
+        compiled = sorted({m[1] for m in _ENTRY.finditer(log)})
+        message = (
+            f"the compiled source has no entry function {request.kernel_name!r} "
+            f'(it has: {", ".join(compiled) or "none"}); declare it extern "C" __global__'
+        )
+        return CompileError(message, compile_time_ms=elapsed_ms, log=log), True
+    constant, max_threads = _cubin_kernel_info(cubin, request.kernel_name)
+    resources = dataclasses.replace(
+        resources,
+        constant_bytes=resources.constant_bytes if constant is None else constant,
+        max_threads_per_block=max_threads,
+    )
+    kernel = CompiledKernel(
+        cubin=cubin,
+        kernel_name=request.kernel_name,
+        resources=resources,
+        compile_time_ms=elapsed_ms,
+        log=log,
+    )
+    return kernel, True
+
+
+def compile_kernel(
+    request: CompileRequest,
+    *,
+    nvcc: str = "nvcc",
+    cache_dir: Path | None = None,
+    timeout_s: float = 120.0,
+) -> CompiledKernel:
+    """Compile ``request`` to a cubin with ``nvcc -cubin -Xptxas -v`` and read its resources.
+
+    With ``cache_dir``, outcomes are stored under ``request``'s key: a hit returns the stored
+    kernel with ``cached=True`` and the original ``compile_time_ms``, and a deterministic failure
+    is raised again from the cache. Timeouts are never cached.
+
+    Raises:
+        CompileError: the source does not compile, exceeds a resource limit (``is_resource``),
+            lacks the kernel, or nvcc ran past ``timeout_s`` (``timed_out``).
+        FileNotFoundError: ``nvcc`` is not installed; that is not a property of the kernel.
+    """
+    key = request.cache_key(nvcc_version(nvcc)) if cache_dir is not None else ""
+    if cache_dir is not None:
+        hit = _read_cache(Path(cache_dir), key, request.kernel_name)
+        if hit is not None:
+            return hit
+    outcome, cacheable = _compile_uncached(request, nvcc, timeout_s)
+    if cache_dir is not None and cacheable:
+        _write_cache(Path(cache_dir), key, request.kernel_name, outcome)
+    if isinstance(outcome, CompileError):
+        raise outcome
+    return outcome
+
+
+def compile_many(
+    requests: Sequence[CompileRequest], *, workers: int | None = None, **kwargs: Any
+) -> list[CompiledKernel | CompileError]:
+    """Compile ``requests`` in parallel; one kernel or CompileError per request, in order.
+
+    ``kwargs`` go to :func:`compile_kernel`. Errors that are not about a kernel (nvcc missing)
+    propagate instead of being repeated once per request.
+    """
+
+    def one(request: CompileRequest) -> CompiledKernel | CompileError:
+        try:
+            return compile_kernel(request, **kwargs)
+        except CompileError as error:
+            return error
+
+    if not requests:
+        return []
+    count = max(1, min(workers or os.cpu_count() or 1, len(requests)))
+    with ThreadPoolExecutor(max_workers=count, thread_name_prefix="nvcc") as pool:
+        return list(pool.map(one, requests))

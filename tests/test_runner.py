@@ -1,0 +1,223 @@
+"""The runner on the replay backend: budget, constraints, duplicates, interrupt and resume."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from surrotune.backends.replay import ReplayBackend, load_dataset
+from surrotune.result import ParamValue, Result, Status
+from surrotune.runner import Runner, read_study
+from surrotune.sampling import make_sampler
+from surrotune.space import SearchSpace
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def write_kt_cache(path: Path) -> Path:
+    """A small Kernel Tuner cache: 4 x 4 x 2 = 32 configurations, with failures.
+
+    Time is smallest at bx=64, by=4, u=1 (1.0 ms); bx*by >= 1024 fails at runtime (resource);
+    bx=8 with u=1 fails to compile.
+    """
+    params = {"bx": [8, 16, 32, 64], "by": [1, 2, 4, 16], "u": [0, 1]}
+    cache = {}
+    for bx, by, u in itertools.product(*params.values()):
+        key = f"{bx},{by},{u}"
+        entry: dict[str, object] = {"bx": bx, "by": by, "u": u, "compile_time": 500.0,
+                                    "verification_time": 0, "benchmark_time": 20.0}  # fmt: skip
+        if bx * by >= 1024:
+            entry["time"] = "RuntimeFailedConfig"
+        elif bx == 8 and u == 1:
+            entry["time"] = "CompilationFailedConfig"
+        else:
+            t = 1.0 + abs(bx - 64) / 16 + abs(by - 4) / 2 + (1 - u) * 0.5
+            entry["time"] = t
+            entry["times"] = [t, t * 1.01, t * 0.99]
+        cache[key] = entry
+    doc = {
+        "device_name": "Test GPU", "kernel_name": "k", "problem_size": [1024],
+        "tune_params_keys": list(params), "tune_params": params, "objective": "time",
+        "cache": cache,
+    }  # fmt: skip
+    path.write_text(json.dumps(doc))
+    return path
+
+
+@pytest.fixture
+def tiny(tmp_path: Path) -> Path:
+    return write_kt_cache(tmp_path / "tiny.json")
+
+
+class SpyBackend:
+    """Wraps a backend; records what reached it and can act on a chosen batch."""
+
+    def __init__(self, inner: ReplayBackend, on_batch: dict[int, str] | None = None) -> None:
+        self.inner = inner
+        self.on_batch = on_batch or {}
+        self.batches: list[list[dict[str, ParamValue]]] = []
+
+    @property
+    def simulated_time_ms(self) -> float:
+        return self.inner.simulated_time_ms
+
+    def evaluate(self, configs: Sequence[Mapping[str, ParamValue]]) -> list[Result]:
+        self.batches.append([dict(c) for c in configs])
+        action = self.on_batch.get(len(self.batches))
+        if action == "sigint":  # the user presses Ctrl-C once while this batch runs
+            os.kill(os.getpid(), signal.SIGINT)
+        if action == "raise":  # the user presses Ctrl-C twice: the batch never finishes
+            raise KeyboardInterrupt
+        return self.inner.evaluate(configs)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def make_runner(
+    path: Path, storage: str, *, trials: int, sampler: str = "random", seed: int = 0,
+    constraints: Sequence[str] = (), batch_size: int = 4, on_batch: dict[int, str] | None = None,
+) -> tuple[Runner, SpyBackend]:  # fmt: skip
+    dataset = load_dataset(path)
+    space = SearchSpace(dataset.parameters, constraints)
+    study = optuna.create_study(
+        storage=storage, study_name="s", direction="minimize", load_if_exists=True,
+        sampler=make_sampler(sampler, space, seed=seed),
+    )  # fmt: skip
+    backend = SpyBackend(ReplayBackend(dataset), on_batch)
+    runner = Runner(
+        study=study, space=space, backend=backend, trials=trials, batch_size=batch_size
+    )
+    return runner, backend
+
+
+def measured_keys(study: optuna.Study) -> list[str]:
+    return [
+        t.user_attrs["config_key"] for t in study.get_trials()
+        if "status" in t.user_attrs and "duplicate_of" not in t.user_attrs
+        and not t.user_attrs.get("interrupted")
+    ]  # fmt: skip
+
+
+def test_budget_statuses_and_values_match_the_recording(tiny: Path, tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    runner, backend = make_runner(tiny, storage, trials=20, sampler="random", seed=1)
+    summary = runner.run()
+    assert summary.evaluations == 20 and summary.stop_reason == "budget"
+    dataset = load_dataset(tiny)
+    study = runner.study
+    keys = measured_keys(study)
+    assert len(keys) == len(set(keys)) == 20
+    for trial in study.get_trials():
+        if "duplicate_of" in trial.user_attrs:
+            continue
+        recorded = dataset.lookup(trial.params)
+        assert recorded is not None
+        assert trial.user_attrs["status"] == recorded.status.value
+        if recorded.ok:
+            assert trial.state == TrialState.COMPLETE and trial.value == recorded.objective
+        else:
+            assert trial.state == TrialState.FAIL
+    # everything that reached the backend was new
+    sent = [dataset.key(c) for batch in backend.batches for c in batch]
+    assert len(sent) == len(set(sent)) == 20
+    assert summary.simulated_time_ms == pytest.approx(20 * 520.0, rel=0.2)
+
+
+def test_constraint_proposals_are_recorded_but_cost_nothing(tiny: Path, tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    runner, backend = make_runner(tiny, storage, trials=6, constraints=["bx * by <= 64"])
+    summary = runner.run()
+    states = read_study(runner.study, runner.space)
+    assert summary.evaluations == 6
+    assert states.counts[Status.CONSTRAINT] > 0  # random proposes infeasible configurations
+    sent = [c for batch in backend.batches for c in batch]
+    assert all(c["bx"] * c["by"] <= 64 for c in sent)
+    broken = [t for t in runner.study.get_trials() if t.user_attrs["status"] == "constraint"]
+    assert all("bx * by <= 64" in t.user_attrs["error"] for t in broken)
+
+
+def test_brute_force_visits_the_feasible_set_once(tiny: Path, tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    runner, _ = make_runner(
+        tiny, storage, trials=1000, sampler="brute-force", constraints=["bx >= 16"]
+    )
+    summary = runner.run()
+    assert summary.stop_reason == "exhausted"
+    assert summary.evaluations == 24  # 3 x 4 x 2 configurations with bx >= 16
+    assert summary.best is not None and summary.best.params == {"bx": 64, "by": 4, "u": 1}
+    assert summary.counts[Status.RESOURCE] == 2 and Status.CONSTRAINT not in summary.counts
+
+
+def test_resume_continues_without_loss_or_repeat(tiny: Path, tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    first, _ = make_runner(tiny, storage, trials=10, sampler="brute-force", seed=3)
+    assert first.run().evaluations == 10
+    before = measured_keys(first.study)
+    second, backend = make_runner(tiny, storage, trials=25, sampler="brute-force", seed=3)
+    summary = second.run()
+    assert summary.evaluations == 25 and summary.new_evaluations == 15
+    after = measured_keys(second.study)
+    assert after[:10] == before and len(set(after)) == 25
+    assert not {second.space.key(c) for b in backend.batches for c in b} & set(before)
+
+
+def test_first_ctrl_c_finishes_the_batch_then_stops(tiny: Path, tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    runner, _ = make_runner(
+        tiny, storage, trials=30, sampler="brute-force", batch_size=4, on_batch={2: "sigint"}
+    )
+    summary = runner.run()
+    assert summary.interrupted and summary.evaluations == 8  # both batches recorded
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    resumed, _ = make_runner(tiny, storage, trials=30, sampler="brute-force")
+    assert resumed.run().evaluations == 30
+    keys = measured_keys(resumed.study)
+    assert len(keys) == len(set(keys)) == 30
+
+
+def test_second_ctrl_c_marks_the_batch_interrupted_and_resume_redoes_it(
+    tiny: Path, tmp_path: Path
+) -> None:
+    storage = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    runner, backend = make_runner(
+        tiny, storage, trials=20, sampler="brute-force", seed=5, on_batch={3: "raise"}
+    )
+    summary = runner.run()
+    assert summary.interrupted and summary.evaluations == 8
+    cut = [t for t in runner.study.get_trials() if t.user_attrs.get("interrupted")]
+    assert len(cut) == 4 and all(t.state == TrialState.FAIL for t in cut)
+    assert all("status" not in t.user_attrs for t in cut)
+    cut_keys = {runner.space.key(t.params) for t in cut}
+
+    resumed, backend2 = make_runner(tiny, storage, trials=20, sampler="brute-force", seed=6)
+    assert resumed.run().evaluations == 20
+    first_batch = {resumed.space.key(c) for c in backend2.batches[0]}
+    assert cut_keys <= first_batch  # the cut-short configurations are measured first
+    keys = measured_keys(resumed.study)
+    assert len(keys) == len(set(keys)) == 20
+    assert cut_keys <= set(keys)
+
+
+def test_duplicates_are_answered_from_the_study(tiny: Path, tmp_path: Path) -> None:
+    # a 2-configuration space forces the random sampler to repeat itself
+    storage = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    runner, backend = make_runner(
+        tiny, storage, trials=2, constraints=["bx == 64 and by == 4"], batch_size=8
+    )
+    summary = runner.run()
+    assert summary.evaluations == 2
+    sent = [runner.space.key(c) for b in backend.batches for c in b]
+    assert sorted(sent) == ["64,4,0", "64,4,1"]
+    dups = [t for t in runner.study.get_trials() if "duplicate_of" in t.user_attrs]
+    for trial in dups:
+        first = runner.study.trials[trial.user_attrs["duplicate_of"]]
+        assert first.params == trial.params and first.value == trial.value
