@@ -153,6 +153,7 @@ class Runner:
         self.progress = progress
         self._distributions = distributions(space)
         self._stop_requested = False
+        self._last_shown = 0.0
         self._feasible_count = self._count_feasible()
 
     def _count_feasible(self) -> int | None:
@@ -220,6 +221,7 @@ class Runner:
             stop_reason, interrupted = "interrupted", True
         finally:
             if bar is not None:
+                self._show(bar, state, force=True)
                 bar.close()
         return RunSummary(
             study_name=self.study.study_name,
@@ -311,10 +313,14 @@ class Runner:
             if best is None or (value > best.value if maximize else value < best.value):
                 state.best = frozen
 
-    @staticmethod
-    def _show(bar: Any, state: StudyState) -> None:
+    def _show(self, bar: Any, state: StudyState, *, force: bool = False) -> None:
+        """Update the bar: at most a few times a second, however fast batches go."""
         if bar is None:
             return
+        now = time.monotonic()
+        if not force and now - self._last_shown < 0.25:
+            return
+        self._last_shown = now
         bar.n = min(state.evaluations, bar.total) if bar.total else state.evaluations
         best = f"best={state.best.value:.6g}" if state.best is not None else "best=-"
         fails = " ".join(f"{status.value}={n}" for status, n in sorted(state.counts.items()) if n)

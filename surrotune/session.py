@@ -8,6 +8,8 @@ stored study made for another search space.
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import statistics
 import sys
 from collections.abc import Mapping
@@ -19,9 +21,9 @@ import optuna
 import pandas as pd
 from optuna.trial import TrialState
 
-from surrotune.backends.base import Backend
-from surrotune.errors import SurrotuneError
+from surrotune.backends.base import Backend, DescribesDevice
 from surrotune.backends.replay import Dataset, DatasetError, ReplayBackend, load_dataset
+from surrotune.errors import SurrotuneError
 from surrotune.experiment import (
     EvaluationSettings,
     Experiment,
@@ -35,6 +37,7 @@ from surrotune.runner import Runner, RunSummary
 from surrotune.sampling import SpaceLike, make_sampler
 from surrotune.space import RecordedSpace, SearchSpace, SpaceError
 from surrotune.storage import StorageError, describe_storage, open_storage, storage_url
+from surrotune.template import Template
 
 __all__ = ["SetupError", "Tuning", "format_study", "format_summary", "prepare"]
 
@@ -81,7 +84,10 @@ class Tuning:
                 batch_size=self.experiment.search.batch_size,
                 progress=factory,
             )
-            return runner.run()
+            summary = runner.run()
+            if summary.new_evaluations and isinstance(self.backend, DescribesDevice):
+                self.study.set_user_attr("device", self.backend.device())
+            return summary
         finally:
             self.backend.close()
 
@@ -146,6 +152,19 @@ def prepare(experiment_path: Path | None, overrides: Mapping[str, Any] | None = 
         sampler = make_sampler(experiment.search.sampler, space, seed=experiment.search.seed)
     except (ValueError, SpaceError) as exc:
         raise SetupError(f"--sampler {experiment.search.sampler}: {exc}") from None
+    backend: Backend
+    if dataset is not None:
+        backend = ReplayBackend(dataset)
+    else:
+        if importlib.util.find_spec("cupy") is None:
+            raise SetupError(
+                f"{experiment.path}: the cuda backend needs CuPy and an NVIDIA GPU: "
+                "pip install 'surrotune[cuda]' (or replay a recording: [evaluation] "
+                'backend = "replay", as in experiments/quickstart.toml)'
+            )
+        from surrotune.backends.cuda import CudaBackend
+
+        backend = CudaBackend(experiment, cache_dir=_kernel_cache())
     try:
         storage = open_storage(experiment.storage.url)
     except StorageError as exc:
@@ -159,14 +178,14 @@ def prepare(experiment_path: Path | None, overrides: Mapping[str, Any] | None = 
     )
     _check_or_record_study(study, experiment, space, direction, dataset)
 
-    backend: Backend
-    if dataset is not None:
-        backend = ReplayBackend(dataset)
-    else:
-        from surrotune.backends.cuda import CudaBackend
-
-        backend = CudaBackend(experiment)
     return Tuning(experiment, space, backend, study, dataset)
+
+
+def _kernel_cache() -> Path:
+    """Compiled kernels are cached on disk, keyed by source, options, arch and compiler: a
+    resumed or repeated run never compiles the same configuration twice."""
+    root = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(root) / "surrotune" / "kernels"
 
 
 def _make_space(experiment: Experiment, dataset: Dataset | None) -> SpaceLike:
@@ -215,6 +234,7 @@ def _check_or_record_study(
         "dataset": str(experiment.evaluation.dataset) if experiment.evaluation.dataset else None,
         "experiment": str(experiment.path),
         "sizes": dict(experiment.sizes),
+        "kernel": _kernel_description(experiment),
     }
     stored = study.user_attrs.get(STUDY_ATTR)
     if stored is None:
@@ -235,6 +255,20 @@ def _check_or_record_study(
         raise SetupError(
             f"study {study.study_name!r} optimises {stored.get('direction')}, this run {direction}"
         )
+
+
+def _kernel_description(experiment: Experiment) -> dict[str, Any] | None:
+    kernel = experiment.kernel
+    if kernel is None:
+        return None
+    return {
+        "name": kernel.name,
+        "template": str(kernel.template),
+        "template_sha256": Template.from_file(kernel.template).sha256,
+        "options": list(kernel.options),
+        "warmup": experiment.evaluation.warmup,
+        "repeats": experiment.evaluation.repeats,
+    }
 
 
 def _short(parameters: Any) -> str:
@@ -289,6 +323,16 @@ def format_summary(tuning: Tuning, summary: RunSummary) -> str:
             f"  {summary.duplicates} proposals repeated a measured configuration "
             "(answered from the study, not counted)"
         )
+    if tuning.dataset is not None and best is not None:
+        optimum = _recorded_optimum(tuning.dataset)
+        if optimum is not None and best.value:
+            ratio = (
+                optimum / best.value if summary.direction == "minimize" else best.value / optimum
+            )
+            lines.append(
+                f"  the recording's optimum is {optimum:.6g}: "
+                f"this run reached {100 * ratio:.1f} % of it"
+            )
     if summary.simulated_time_ms is not None:
         lines.append(
             f"Simulated tuning time (recorded compile + benchmark): "
@@ -298,6 +342,13 @@ def format_summary(tuning: Tuning, summary: RunSummary) -> str:
     lines.append(f"Trials stored in {where} (study '{summary.study_name}').")
     lines.append(f"  surrotune show {where} --study {summary.study_name}")
     return "\n".join(lines)
+
+
+def _recorded_optimum(dataset: Dataset) -> float | None:
+    try:
+        return dataset.optimum.objective
+    except DatasetError:
+        return None
 
 
 def _load_study(storage: str, study_name: str | None) -> optuna.Study:

@@ -15,7 +15,7 @@ import pytest
 from surrotune.cli import main
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_runner import write_kt_cache  # noqa: E402
+from test_runner import write_kt_cache
 
 
 def surrotune(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -125,7 +125,8 @@ def test_ctrl_c_in_a_real_process_keeps_trials_and_resumes(
     """SIGINT to a running `surrotune run`: exit 130, trials kept, the same command resumes."""
     dataset = kt_datasets / "dedispersion_milo" / "A100.json.gz"
     db = tmp_path / "big.db"
-    args = [sys.executable, "-m", "surrotune", "run", "--dataset", str(dataset), "--trials", "5000",
+    args = [sys.executable, "-m", "surrotune", "run", "--dataset", str(dataset),
+            "--trials", "5000",
             "--sampler", "random", "--storage", str(db), "--study", "s", "--batch-size", "2",
             "--no-progress"]  # fmt: skip
     proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -188,7 +188,7 @@ def test_second_ctrl_c_marks_the_batch_interrupted_and_resume_redoes_it(
     tiny: Path, tmp_path: Path
 ) -> None:
     storage = f"sqlite:///{tmp_path / 'db.sqlite'}"
-    runner, backend = make_runner(
+    runner, _backend = make_runner(
         tiny, storage, trials=20, sampler="brute-force", seed=5, on_batch={3: "raise"}
     )
     summary = runner.run()

@@ -587,6 +587,7 @@ def save_recording(
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; a recording is meant to be shared
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

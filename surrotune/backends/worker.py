@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from surrotune.errors import SurrotuneError
 from surrotune.experiment import ArgumentSpec, Experiment, ReferenceSpec
 from surrotune.result import Status
 
@@ -111,7 +112,7 @@ class Retire:
     value: Any
 
 
-class WorkerStartError(RuntimeError):
+class WorkerStartError(SurrotuneError, RuntimeError):
     """The child could not get ready: its setup raised, it died, or it took too long.
 
     Unlike a failing job this is not a property of one configuration (no GPU, CuPy missing, a
@@ -770,7 +771,11 @@ class _CudaState:
             function = module.get_function(job.kernel_name)
             if job.dynamic_shared_bytes > _DEFAULT_DYNAMIC_SHARED_LIMIT:
                 phase = "opting in to dynamic shared memory"
-                function.max_dynamic_shared_size_bytes = job.dynamic_shared_bytes
+                cupy.cuda.driver.funcSetAttribute(
+                    function.ptr,
+                    cupy.cuda.driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    job.dynamic_shared_bytes,
+                )
 
             def launch() -> None:
                 function(job.grid, job.block, self.args, shared_mem=job.dynamic_shared_bytes)
