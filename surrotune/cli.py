@@ -52,6 +52,15 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("storage", help="Optuna storage URL or path")
     show.add_argument("--study", help="study name (needed when the storage holds several)")
     show.add_argument("--top", type=int, default=10, help="how many configurations")
+
+    export = commands.add_parser("export", help="write a stored study as a replayable recording")
+    export.add_argument("storage", help="Optuna storage URL or path")
+    export.add_argument("--study", help="study name (needed when the storage holds several)")
+    export.add_argument(
+        "--format", choices=("recording",), default="recording",
+        help="recording: surrotune's own format, replayable with --dataset",
+    )  # fmt: skip
+    export.add_argument("-o", "--output", type=Path, required=True, help="file (.json[.gz])")
     return parser
 
 
@@ -62,6 +71,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "run":
             return _run(args)
+        if args.command == "export":
+            return _export(args)
         return _show(args)
     except SurrotuneError as exc:
         print(f"surrotune: error: {exc}", file=sys.stderr)
@@ -92,6 +103,15 @@ def _run(args: argparse.Namespace) -> int:
     summary = tuning.run(progress=not args.no_progress)
     print(session.format_summary(tuning, summary))
     return 130 if summary.interrupted else 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from surrotune.analysis.export import export_recording
+
+    study = session.load_study(args.storage, args.study)
+    count = export_recording(study, args.output)
+    print(f"wrote {count} configurations of study '{study.study_name}' to {args.output}")
+    return 0
 
 
 def _show(args: argparse.Namespace) -> int:

@@ -39,7 +39,7 @@ from surrotune.space import RecordedSpace, SearchSpace, SpaceError
 from surrotune.storage import StorageError, describe_storage, open_storage, storage_url
 from surrotune.template import Template
 
-__all__ = ["SetupError", "Tuning", "format_study", "format_summary", "prepare"]
+__all__ = ["SetupError", "Tuning", "format_study", "format_summary", "load_study", "prepare"]
 
 STUDY_ATTR = "surrotune"
 
@@ -351,7 +351,7 @@ def _recorded_optimum(dataset: Dataset) -> float | None:
         return None
 
 
-def _load_study(storage: str, study_name: str | None) -> optuna.Study:
+def load_study(storage: str, study_name: str | None) -> optuna.Study:
     url = storage_url(storage)
     if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).is_file():
         raise SetupError(f"{storage}: no such database file")
@@ -374,7 +374,7 @@ def _load_study(storage: str, study_name: str | None) -> optuna.Study:
 
 def format_study(storage: str, study_name: str | None, *, top: int = 10) -> str:
     """The best configurations of a stored study, as a table, plus the counts by status."""
-    study = _load_study(storage, study_name)
+    study = load_study(storage, study_name)
     trials = study.get_trials(deepcopy=False)
     done = [
         t for t in trials
