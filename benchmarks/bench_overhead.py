@@ -2,36 +2,41 @@
 
 Why: on a real GPU a trial costs 0.1 to 10 s of compiling and timing, so the tuner's own cost per
 trial (asking the sampler, checking constraints, writing the Result's user attributes, telling the
-study) is invisible there. It is not invisible when a study is replayed from a recorded dataset,
-which is how search quality is measured over many seeds, nor when several runners share one
-journal or SQLite file. This script measures that cost as a user meets it: the whole loop,
-:class:`surrotune.runner.Runner` over :class:`surrotune.backends.replay.ReplayBackend` with the
-search space of a real Kernel Tuner dataset (its parameters, and the restrictions of its
-``spaces/<name>.json``), on each kind of storage. Beside every run, on the same storage kind and
-with the same sampler and seed, two plain Optuna loops do the same number of proposals:
+study) hides behind it. It does not hide when a study is replayed from a recorded dataset, which
+is how search quality is measured over many seeds, nor when the storage is a journal or SQLite
+file that every write has to reach. This script measures that cost as a user meets it: the whole
+loop, :class:`surrotune.runner.Runner` over :class:`surrotune.backends.replay.ReplayBackend`,
+with the search space of a real Kernel Tuner dataset (its parameters, and the restrictions of its
+``spaces/<name>.json``), on each kind of storage. Beside every surrotune run, on a fresh storage of
+the same kind, with the same sampler and seed, plain Optuna loops make the same number of
+proposals (with the random sampler, the very same configurations):
 
 ``optuna``
-    ``study.ask(distributions)`` with the same ``CategoricalDistribution`` s, then
-    ``study.tell`` with the recorded objective (FAIL where there is none): no user attributes, no
-    constraint check. Optuna's own cost.
+    ``study.ask(distributions)`` with the same ``CategoricalDistribution`` s, then ``study.tell``
+    with the recorded objective (FAIL where there is none): no user attributes, no constraint
+    check. Optuna's own cost.
 ``optuna+attrs``
-    the same, plus the ``set_user_attr`` calls the runner makes for the recorded Result (only
-    with ``--attrs``): what Optuna's storage charges for surrotune's trial record.
+    the same plus the ``set_user_attr`` calls the runner makes for that Result: what Optuna's
+    storage charges for surrotune's trial record (left out with ``--no-attrs``).
 
-So ``surrotune - optuna`` is the framework's overhead, and ``surrotune - optuna+attrs`` the part
-spent in surrotune's own Python. Columns: ms per evaluation (wall time over evaluations, the
-trials that reach the backend) and ms per proposal (wall time over all trials, including the
-``constraint`` ones that the random sampler proposes often and that never reach the backend).
-The brute-force sampler reads every trial of the study per proposal, so it is run at 1000 and
-4000 trials to show how it scales. ``--profile`` runs one configuration under cProfile and
-attributes its time to Optuna's ask / tell / attribute writes, the backend and surrotune's code.
+So ``surrotune - optuna`` is the framework's overhead and ``surrotune - optuna+attrs`` the part
+spent in surrotune's own Python. ms/evaluation is wall time over evaluations (trials that reach
+the backend); ms/proposal is wall time over all trials, including the ``constraint`` trials that
+the random sampler proposes often and that never reach the backend.
 
-    python benchmarks/bench_overhead.py [--quick] [--attrs] [--profile] [--dir DIR]
+The brute-force sampler reads every trial of the study per proposal, so its cost grows with the
+study. It is measured at a study size: the study is first filled with that many recorded trials
+(as surrotune writes them), then ``--proposals`` more are timed, the runner's resume included.
+
+``--profile`` runs the random sampler under cProfile on the in-memory and journal storages and
+attributes the time of ``Runner.run`` to the functions it calls directly (Optuna's ask, tell and
+attribute writes, the search space, the backend) and to the runner's own lines.
+
+    python benchmarks/bench_overhead.py [--quick] [--no-attrs] [--profile] [--dir DIR]
 
 (with surrotune installed, e.g. ``pip install -e .``, or ``PYTHONPATH=.`` from the repository).
-The numbers are from a single run each: on a busy machine (see the load average printed at the
-top and bottom) they are noisy, and the ratios to the bare loop, measured in the same run, are
-what to read.
+Each number is one run: on a busy machine (the load average is printed at the top and bottom)
+they are noisy; the ratios to the bare loop, measured back to back, are what to read.
 """
 
 from __future__ import annotations
@@ -46,10 +51,10 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import optuna
 from optuna.storages import BaseStorage, InMemoryStorage
 from optuna.trial import TrialState
@@ -64,18 +69,18 @@ from surrotune.storage import open_storage
 DATASETS = Path("/work/shared/datasets/kernel_tuner")
 KERNELS = ("convolution_milo", "dedispersion_milo")
 DEVICE = "A100"
-STORAGES = ("memory", "journal", "sqlite")
 SEED = 1
 
 
 @dataclass(frozen=True)
 class Case:
-    """One row group: a kernel, a sampler, a storage and an evaluation budget."""
+    """One group of rows: a kernel, a sampler, a storage and a size."""
 
     kernel: str
     sampler: str
     storage: str
-    budget: int
+    budget: int  # random: evaluations of the run; brute force: trials in the study beforehand
+    proposals: int = 0  # brute force: proposals timed on top of ``budget`` trials
 
 
 @dataclass(frozen=True)
@@ -87,7 +92,6 @@ class Row:
     evaluations: int
     proposals: int
     wall_s: float
-    setup_s: float
 
     @property
     def ms_per_evaluation(self) -> float:
@@ -99,7 +103,7 @@ class Row:
 
 
 class Workdir:
-    """Fresh storage files, one per loop, in one directory removed at the end."""
+    """Fresh storages, one per loop; their files in one directory, removed at the end."""
 
     def __init__(self, parent: str | None) -> None:
         self.path = Path(tempfile.mkdtemp(prefix="surrotune-overhead-", dir=parent))
@@ -116,38 +120,22 @@ class Workdir:
         shutil.rmtree(self.path, ignore_errors=True)
 
 
-def load(kernel: str) -> tuple[Dataset, list[str]]:
-    """The A100 recording of ``kernel`` and the restrictions of its search space."""
-    dataset = load_dataset(DATASETS / kernel / f"{DEVICE}.json.gz")
-    restrictions = load_restrictions(DATASETS / "spaces" / f"{kernel}.json")
-    return dataset, restrictions
+@dataclass
+class Kernel:
+    """A recording and its search space's restrictions, read once."""
 
+    dataset: Dataset
+    restrictions: list[str]
 
-def make_space(dataset: Dataset, restrictions: list[str]) -> SearchSpace:
-    return SearchSpace({name: tuple(v) for name, v in dataset.parameters.items()}, restrictions)
+    @classmethod
+    def load(cls, name: str) -> Kernel:
+        dataset = load_dataset(DATASETS / name / f"{DEVICE}.json.gz")
+        return cls(dataset, load_restrictions(DATASETS / "spaces" / f"{name}.json"))
 
-
-def run_surrotune(
-    case: Case, dataset: Dataset, restrictions: list[str], work: Workdir
-) -> tuple[Row, optuna.Study]:
-    """The loop a user runs: Runner + ReplayBackend + SearchSpace + make_sampler."""
-    start = time.perf_counter()
-    space = make_space(dataset, restrictions)
-    study = optuna.create_study(
-        storage=work.storage(case.storage),
-        sampler=make_sampler(case.sampler, space, seed=SEED),
-        direction=dataset.direction,
-    )
-    runner = Runner(
-        study=study, space=space, backend=ReplayBackend(dataset), trials=case.budget
-    )
-    setup = time.perf_counter() - start
-    start = time.perf_counter()
-    summary = runner.run()
-    wall = time.perf_counter() - start
-    proposals = len(study.get_trials(deepcopy=False))
-    row = Row(case, "surrotune", summary.evaluations, proposals, wall, setup)
-    return row, study
+    def space(self) -> SearchSpace:
+        """A fresh space each time, so that no loop inherits another's cached enumeration."""
+        params = {name: tuple(v) for name, v in self.dataset.parameters.items()}
+        return SearchSpace(params, self.restrictions)
 
 
 def _attrs(result: Result, names: list[str]) -> dict[str, object]:
@@ -159,217 +147,261 @@ def _attrs(result: Result, names: list[str]) -> dict[str, object]:
     }
 
 
-def run_bare(
-    case: Case,
-    dataset: Dataset,
-    restrictions: list[str],
-    work: Workdir,
-    proposals: int,
-    *,
-    with_attrs: bool,
-) -> Row:
-    """ask/tell on the same storage kind, sampler and seed, for ``proposals`` trials."""
-    start = time.perf_counter()
-    space = make_space(dataset, restrictions)
-    dists = distributions(space)
-    names = list(space.names)
+def new_study(case: Case, kernel: Kernel, space: SearchSpace, work: Workdir) -> optuna.Study:
+    """A fresh study; for brute force, filled with ``case.budget`` recorded trials first."""
     study = optuna.create_study(
         storage=work.storage(case.storage),
         sampler=make_sampler(case.sampler, space, seed=SEED),
-        direction=dataset.direction,
+        direction=kernel.dataset.direction,
     )
-    setup = time.perf_counter() - start
-    evaluations = 0
+    if case.sampler == "brute-force":
+        frame = space.enumerate()
+        order = np.random.default_rng(SEED + 1).permutation(len(frame))[: case.budget]
+        dists = distributions(space)
+        names = list(space.names)
+        trials = []
+        for record in frame.iloc[order].to_dict("records"):
+            config = {k: v.item() if isinstance(v, np.generic) else v for k, v in record.items()}
+            result = kernel.dataset.lookup(config)
+            assert result is not None, "every feasible configuration is in the recording"
+            trials.append(
+                optuna.trial.create_trial(
+                    params=config,
+                    distributions=dists,
+                    value=result.objective if result.ok else None,
+                    state=TrialState.COMPLETE if result.ok else TrialState.FAIL,
+                    user_attrs=_attrs(result, names),
+                )
+            )
+        study.add_trials(trials)
+    return study
+
+
+def run_surrotune(case: Case, kernel: Kernel, work: Workdir) -> Row:
+    """The loop a user runs: Runner + ReplayBackend + SearchSpace + make_sampler."""
+    space = kernel.space()
+    study = new_study(case, kernel, space, work)
+    before = len(study.get_trials(deepcopy=False))
+    trials = case.budget + case.proposals if case.sampler == "brute-force" else case.budget
+    runner = Runner(study=study, space=space, backend=ReplayBackend(kernel.dataset), trials=trials)
+    start = time.perf_counter()
+    summary = runner.run()
+    wall = time.perf_counter() - start
+    proposals = len(study.get_trials(deepcopy=False)) - before
+    return Row(case, "surrotune", summary.new_evaluations, proposals, wall)
+
+
+def run_bare(
+    case: Case, kernel: Kernel, work: Workdir, proposals: int, *, with_attrs: bool
+) -> Row:
+    """ask/tell on a fresh storage of the same kind, same sampler and seed, ``proposals`` times."""
+    space = kernel.space()
+    study = new_study(case, kernel, space, work)
+    dists = distributions(space)
+    names = list(space.names)
+    dataset = kernel.dataset
+    evaluations = done = 0
     start = time.perf_counter()
     for _ in range(proposals):
-        try:
-            trial = study.ask(dists)
-        except optuna.exceptions.OptunaError:
-            break
+        trial = study.ask(dists)
         recorded = dataset.lookup(trial.params)
         if recorded is not None and recorded.status.counts_as_evaluation:
             evaluations += 1
         if with_attrs:
-            result = recorded or Result(
-                dict(trial.params), Status.CONSTRAINT, error="breaks: a constraint"
-            )
+            result = recorded or Result(trial.params, Status.CONSTRAINT, error="breaks: (any)")
             for name, value in _attrs(result, names).items():
                 trial.set_user_attr(name, value)
         if recorded is not None and recorded.ok:
             study.tell(trial, recorded.objective)
         else:
             study.tell(trial, state=TrialState.FAIL)
+        done += 1
     wall = time.perf_counter() - start
-    loop = "optuna+attrs" if with_attrs else "optuna"
-    return Row(case, loop, evaluations, len(study.get_trials(deepcopy=False)), wall, setup)
+    return Row(case, "optuna+attrs" if with_attrs else "optuna", evaluations, done, wall)
 
 
 def cases(quick: bool) -> list[Case]:
-    """Random on every storage, both kernels; brute force scaling on convolution."""
-    small, large = (100, 300) if quick else (200, 1000)
-    out: list[Case] = []
-    for kernel in KERNELS:
-        for storage in STORAGES:
-            for budget in (small, large):
-                if storage == "sqlite" and budget == large:
-                    continue  # a commit per attribute: 200 shows the rate
-                out.append(Case(kernel, "random", storage, budget))
-    for storage in ("memory", "journal"):
-        for budget in (300, 1000) if quick else (1000, 4000):
-            out.append(Case("convolution_milo", "brute-force", storage, budget))
-    return out
+    """Random: every storage, both kernels (SQLite and the big journal run on one kernel only,
+    they are slow). Brute force: on convolution, whose 4362 feasible configurations allow 4000."""
+    conv, dedisp = KERNELS
+    if quick:
+        return [
+            Case(conv, "random", "memory", 100),
+            Case(dedisp, "random", "memory", 100),
+            Case(conv, "random", "journal", 100),
+            Case(conv, "random", "sqlite", 50),
+            Case(conv, "brute-force", "memory", 1000, 50),
+            Case(conv, "brute-force", "journal", 1000, 50),
+        ]
+    return [
+        Case(conv, "random", "memory", 200),
+        Case(conv, "random", "memory", 1000),
+        Case(dedisp, "random", "memory", 200),
+        Case(dedisp, "random", "memory", 1000),
+        Case(conv, "random", "journal", 200),
+        Case(conv, "random", "journal", 1000),
+        Case(dedisp, "random", "journal", 200),
+        Case(conv, "random", "sqlite", 200),
+        Case(conv, "brute-force", "memory", 1000, 100),
+        Case(conv, "brute-force", "memory", 4000, 100),
+        Case(conv, "brute-force", "journal", 1000, 100),
+        Case(conv, "brute-force", "journal", 4000, 100),
+    ]
 
 
 def table(rows: list[Row]) -> str:
+    """Markdown; "× optuna" is ms/proposal over the bare loop's, "+ms" their difference."""
     lines = [
-        "| kernel | sampler | storage | budget | loop | evaluations | proposals | wall s "
-        "| ms/evaluation | ms/proposal | × optuna | setup s |",
-        "|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| kernel | sampler | storage | trials | loop | evaluations | proposals | wall s "
+        "| ms/evaluation | ms/proposal | × optuna | +ms/proposal |",
+        "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     bare: dict[Case, Row] = {r.case: r for r in rows if r.loop == "optuna"}
     for r in rows:
-        base = bare.get(r.case)
-        ratio = (
-            f"{r.ms_per_proposal / base.ms_per_proposal:.2f}"
-            if base is not None and base.ms_per_proposal > 0
-            else "-"
-        )
         c = r.case
+        base = bare.get(c)
+        ratio = extra = "-"
+        if base is not None and base.proposals and r.proposals:
+            ratio = f"{r.ms_per_proposal / base.ms_per_proposal:.2f}"
+            extra = f"{r.ms_per_proposal - base.ms_per_proposal:+.2f}"
+        size = str(c.budget) if c.sampler == "random" else f"{c.budget} + {c.proposals}"
         lines.append(
-            f"| {c.kernel} | {c.sampler} | {c.storage} | {c.budget} | {r.loop} "
-            f"| {r.evaluations} | {r.proposals} | {r.wall_s:.2f} | {r.ms_per_evaluation:.3f} "
-            f"| {r.ms_per_proposal:.3f} | {ratio} | {r.setup_s:.2f} |"
+            f"| {c.kernel} | {c.sampler} | {c.storage} | {size} | {r.loop} "
+            f"| {r.evaluations} | {r.proposals} | {r.wall_s:.2f} | {r.ms_per_evaluation:.2f} "
+            f"| {r.ms_per_proposal:.2f} | {ratio} | {extra} |"
         )
     return "\n".join(lines)
 
 
-#: (label, predicate on a pstats key (file, line, function)); first match wins, most specific first
-BUCKETS: list[tuple[str, Callable[[tuple[str, int, str]], bool]]] = [
-    ("Trial.set_user_attr (Optuna storage writes of the Result)",
-     lambda k: k[2] == "set_user_attr" and k[0].endswith("optuna/trial/_trial.py")),
-    ("Study.ask (Optuna: create trial + sampler)",
-     lambda k: k[2] == "ask" and k[0].endswith("optuna/study/study.py")),
-    ("Study.tell (Optuna: state, values, sampler.after_trial)",
-     lambda k: k[2] == "tell" and k[0].endswith("optuna/study/study.py")),
-    ("ReplayBackend.evaluate", lambda k: k[2] == "evaluate" and "replay.py" in k[0]),
-    ("SearchSpace.is_feasible + violated",
-     lambda k: k[2] in ("is_feasible", "violated") and k[0].endswith("surrotune/space.py")),
-    ("SearchSpace.key", lambda k: k[2] == "key" and k[0].endswith("surrotune/space.py")),
-    ("Result.to_user_attrs", lambda k: k[2] == "to_user_attrs"),
-    ("runner._status (exhaustion check, per batch over all trials)",
-     lambda k: k[2] == "_status" and k[0].endswith("surrotune/runner.py")),
-    ("Study.direction (a storage read per ok trial)",
-     lambda k: k[2] == "direction" and k[0].endswith("optuna/study/study.py")),
-]  # fmt: skip
+#: what the runner's direct callees are, for the profile's attribution
+LABELS: dict[tuple[str, str], str] = {
+    ("optuna/study/study.py", "ask"): "Optuna Study.ask (new trial, sampler, param writes)",
+    ("optuna/study/study.py", "tell"): "Optuna Study.tell (state + value write)",
+    ("optuna/trial/_trial.py", "set_user_attr"): "Optuna Trial.set_user_attr (Result fields)",
+    ("optuna/study/study.py", "direction"): "Optuna Study.direction (a storage read)",
+    ("surrotune/space.py", "is_feasible"): "SearchSpace.is_feasible",
+    ("surrotune/space.py", "violated"): "SearchSpace.violated (again, for the message)",
+    ("surrotune/space.py", "key"): "SearchSpace.key",
+    ("surrotune/runner.py", "_status"): "runner._status (exhaustion check: all trials, per batch)",
+    ("replay.py", "evaluate"): "ReplayBackend.evaluate",
+}
 
 
-def profile(case: Case, dataset: Dataset, restrictions: list[str], work: Workdir) -> str:
-    """Run ``case`` under cProfile; attribute the time of ``Runner.run`` to BUCKETS.
+def profile(case: Case, kernel: Kernel, work: Workdir) -> str:
+    """Run ``case`` under cProfile; split ``Runner.run`` into the runner's direct callees.
 
-    Buckets are cumulative times of functions the runner calls directly, which do not nest in one
-    another, so they add up; "surrotune runner, rest" is what is left of ``Runner.run``.
+    Every function outside runner.py that a runner.py function calls is charged the cumulative
+    time of those calls (they do not nest in one another, so the parts add up); the runner's own
+    lines are the self time of the runner.py functions.
     """
-    space = make_space(dataset, restrictions)
-    study = optuna.create_study(
-        storage=work.storage(case.storage),
-        sampler=make_sampler(case.sampler, space, seed=SEED),
-        direction=dataset.direction,
-    )
+    space = kernel.space()
+    study = new_study(case, kernel, space, work)
     runner = Runner(
-        study=study, space=space, backend=ReplayBackend(dataset), trials=case.budget
+        study=study, space=space, backend=ReplayBackend(kernel.dataset), trials=case.budget
     )
     profiler = cProfile.Profile()
     profiler.enable()
     summary = runner.run()
     profiler.disable()
-    stats = pstats.Stats(profiler)
-    raw = stats.stats  # type: ignore[attr-defined]
-    total = next(v[3] for k, v in raw.items() if k[2] == "run" and k[0].endswith("runner.py"))
+    raw = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+
+    def in_runner(key: tuple[str, int, str]) -> bool:
+        """The runner's own functions, _status counted as a callee (it has its own row)."""
+        return key[0].endswith("surrotune/runner.py") and key[2] != "_status"
+
+    total = next(v[3] for k, v in raw.items() if in_runner(k) and k[2] == "run")
+    parts: dict[str, list[float]] = {}
+    own = 0.0
+    for key, (_, _, tottime, _, callers) in raw.items():
+        if in_runner(key):
+            own += tottime
+            continue
+        from_runner = [v for c, v in callers.items() if in_runner(c)]
+        if not from_runner:
+            continue
+        label = next(
+            (text for (f, n), text in LABELS.items() if key[0].endswith(f) and key[2] == n),
+            f"{Path(key[0]).name}:{key[2]}",
+        )
+        part = parts.setdefault(label, [0, 0.0])
+        part[0] += sum(v[1] for v in from_runner)
+        part[1] += sum(v[3] for v in from_runner)
+    parts["surrotune runner's own lines"] = [0, own]
     proposals = len(study.get_trials(deepcopy=False))
     lines = [
-        f"cProfile of {case.kernel} / {case.sampler} / {case.storage} / {case.budget}: "
-        f"{summary.evaluations} evaluations, {proposals} proposals, {total:.2f} s in "
-        "Runner.run under the profiler (which slows Python code about 1.5-2x)",
+        f"cProfile, {case.kernel} / {case.sampler} / {case.storage} / {case.budget}: "
+        f"{summary.evaluations} evaluations, {proposals} proposals, {total:.2f} s in Runner.run "
+        "(the profiler slows Python code down, so read the shares)",
         "",
-        "| part | s | % | calls | ms/proposal |",
+        "| part | calls | s | % | ms/proposal |",
         "|---|---:|---:|---:|---:|",
     ]
-    accounted = 0.0
-    for label, match in BUCKETS:
-        found = [(v[1], v[3]) for k, v in raw.items() if match(k)]
-        calls = sum(c for c, _ in found)
-        cum = sum(t for _, t in found)
-        accounted += cum
+    for label, (calls, seconds) in sorted(parts.items(), key=lambda kv: -kv[1][1]):
+        if seconds < 0.002 * total:
+            continue
         lines.append(
-            f"| {label} | {cum:.2f} | {100 * cum / total:.0f} | {calls} "
-            f"| {1e3 * cum / proposals:.3f} |"
+            f"| {label} | {calls or '-'} | {seconds:.3f} | {100 * seconds / total:.1f} "
+            f"| {1e3 * seconds / proposals:.3f} |"
         )
-    rest = total - accounted
-    lines.append(
-        f"| surrotune runner, rest | {rest:.2f} | {100 * rest / total:.0f} | - "
-        f"| {1e3 * rest / proposals:.3f} |"
-    )
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small budgets (about 30 s)")
+    parser.add_argument("--quick", action="store_true", help="small sizes (well under a minute)")
+    parser.add_argument("--no-attrs", action="store_true", help="skip the optuna+attrs loops")
     parser.add_argument(
-        "--attrs", action="store_true", help="also run the optuna+attrs loop beside each case"
-    )
-    parser.add_argument(
-        "--profile",
-        action="store_true",
-        help="also profile convolution / random / journal at the larger budget",
+        "--profile", action="store_true", help="also profile the random sampler's loop"
     )
     parser.add_argument("--dir", help="where the SQLite and journal files go (default: $TMPDIR)")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
 
+    cores = os.cpu_count() or 1
+    load_before = os.getloadavg()
+    work = Workdir(args.dir)
     print(f"command: {shlex.join([sys.executable, *sys.argv])}")
     print(
-        f"machine: {os.cpu_count()} cores, {platform.platform()}, python "
-        f"{platform.python_version()}, optuna {optuna.__version__}"
+        f"machine: {cores} cores, {platform.platform()}, python {platform.python_version()}, "
+        f"optuna {optuna.__version__}"
     )
-    load_before = os.getloadavg()
     print(f"load average (1, 5, 15 min) before: {', '.join(f'{x:.2f}' for x in load_before)}")
-    work = Workdir(args.dir)
-    print(f"storage files in: {work.path}")
-    print(f"datasets: {DATASETS}/<kernel>/{DEVICE}.json.gz, restrictions from spaces/<kernel>.json")
+    print(f"datasets: {DATASETS}/<kernel>/{DEVICE}.json.gz + spaces/<kernel>.json restrictions")
+    print(f"storage files in: {work.path} (removed at the end)")
     print()
-    rows: list[Row] = []
     started = time.perf_counter()
-    data = {kernel: load(kernel) for kernel in KERNELS}
+    kernels = {name: Kernel.load(name) for name in KERNELS}
+    rows: list[Row] = []
     try:
         for case in cases(args.quick):
-            dataset, restrictions = data[case.kernel]
-            row, _ = run_surrotune(case, dataset, restrictions, work)
+            kernel = kernels[case.kernel]
+            row = run_surrotune(case, kernel, work)
             rows.append(row)
-            rows.append(run_bare(case, dataset, restrictions, work, row.proposals, with_attrs=False))
-            if args.attrs:
-                rows.append(
-                    run_bare(case, dataset, restrictions, work, row.proposals, with_attrs=True)
-                )
-            print(f"  done: {case} in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+            rows.append(run_bare(case, kernel, work, row.proposals, with_attrs=False))
+            if not args.no_attrs:
+                rows.append(run_bare(case, kernel, work, row.proposals, with_attrs=True))
+            print(f"  {time.perf_counter() - started:5.0f} s  {case}", file=sys.stderr)
         print(table(rows))
         if args.profile:
-            print()
-            kernel = KERNELS[0]
-            case = Case(kernel, "random", "journal", 300 if args.quick else 1000)
-            print(profile(case, *data[kernel], work))
+            size = 100 if args.quick else 300
+            for storage in ("memory", "journal"):
+                print()
+                case = Case(KERNELS[0], "random", storage, size)
+                print(profile(case, kernels[case.kernel], work))
     finally:
         work.close()
     load_after = os.getloadavg()
-    cores = os.cpu_count() or 1
     print()
-    print(f"total {time.perf_counter() - started:.0f} s; load average after: "
-          f"{', '.join(f'{x:.2f}' for x in load_after)}")  # fmt: skip
-    if max(load_before[0], load_after[0]) > 0.5 * cores:
+    print(
+        f"total {time.perf_counter() - started:.0f} s; load average after: "
+        f"{', '.join(f'{x:.2f}' for x in load_after)}"
+    )
+    peak = max(load_before[0], load_after[0])
+    if peak > 0.5 * cores:
         print(
-            f"note: the 1-minute load reached {max(load_before[0], load_after[0]):.2f} on "
-            f"{cores} cores; other processes shared the CPU, so the times are noisy (compare "
-            "rows of one case, measured back to back, rather than absolute numbers)"
+            f"note: the 1-minute load reached {peak:.2f} on {cores} cores: other processes "
+            "shared the CPU, so the times are noisy; compare the rows of one case (measured "
+            "back to back) rather than absolute numbers"
         )
 
 

@@ -82,14 +82,18 @@ class FeasibleBruteForceSampler(BaseSampler):
     def sample_relative(
         self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
     ) -> dict[str, Any]:
-        taken = {
-            self._space.key(t.params)
-            for t in study.get_trials(deepcopy=False)
-            if t.number != trial.number and set(t.params) == set(self._space.names)
-        }
+        taken = set()
+        for other in study.get_trials(deepcopy=False):
+            if other.number == trial.number:
+                continue
+            params = _held_params(other)
+            if set(params) == set(self._space.names):
+                taken.add(self._space.key(params))
         while self._cursor < len(self._configs) and self._keys[self._cursor] in taken:
             self._cursor += 1
         if self._cursor >= len(self._configs):
+            # the trial that ask() created would otherwise stay RUNNING forever
+            study.tell(trial.number, state=TrialState.FAIL)
             raise optuna.exceptions.OptunaError("brute force: every feasible configuration taken")
         config = self._configs[self._cursor]
         self._cursor += 1
@@ -114,6 +118,14 @@ class FeasibleBruteForceSampler(BaseSampler):
         values: Sequence[float] | None,
     ) -> None:
         return None
+
+
+def _held_params(trial: FrozenTrial) -> dict[str, Any]:
+    """The configuration a trial holds; a WAITING (enqueued) trial keeps it in the system
+    attribute ``fixed_params`` until it is asked (Optuna's ``enqueue_trial`` contract)."""
+    if trial.state == TrialState.WAITING:
+        return dict(trial.system_attrs.get("fixed_params") or {})
+    return dict(trial.params)
 
 
 def _python(value: Any) -> ParamValue:

@@ -209,6 +209,8 @@ def _make_space(experiment: Experiment, dataset: Dataset | None) -> SpaceLike:
         else:
             parameters = {name: tuple(v) for name, v in dataset.parameters.items()}
         constraints = constraints or list(dataset.constraints)
+        if not sizes and isinstance(dataset.problem_size, Mapping):
+            sizes = dict(dataset.problem_size)  # the recording's constraints may name sizes
         if not constraints:
             return RecordedSpace(dataset)
     try:
@@ -236,9 +238,12 @@ def _check_or_record_study(
         "sizes": dict(experiment.sizes),
         "kernel": _kernel_description(experiment),
     }
+    # trials first, then the attribute: a runner that started this study wrote the attribute
+    # before its first trial, so a concurrent start never mistakes it for a foreign study
+    has_trials = bool(study.get_trials(deepcopy=False))
     stored = study.user_attrs.get(STUDY_ATTR)
     if stored is None:
-        if study.get_trials(deepcopy=False):
+        if has_trials:
             raise SetupError(
                 f"study {study.study_name!r} in {describe_storage(experiment.storage.url)} holds "
                 "trials that surrotune did not write; choose another --study name"

@@ -8,6 +8,7 @@ open it.
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,17 @@ def storage_url(text: str) -> str:
     return f"sqlite:///{path}"
 
 
+def _with_installed_driver(url: str) -> str:
+    """A plain ``postgresql://`` URL names SQLAlchemy's default driver, psycopg 3; where only
+    psycopg2 is installed (the ``test`` extra's ``psycopg2-binary``), use that one."""
+    if not url.startswith(("postgresql://", "postgres://")):
+        return url
+    for module, driver in (("psycopg", "psycopg"), ("psycopg2", "psycopg2")):
+        if importlib.util.find_spec(module) is not None:
+            return f"postgresql+{driver}://" + url.split("://", 1)[1]
+    return url
+
+
 def open_storage(text: str) -> BaseStorage:
     """Open (creating where needed) the storage that ``text`` names."""
     url = storage_url(text)
@@ -49,11 +61,16 @@ def open_storage(text: str) -> BaseStorage:
             return JournalStorage(JournalRedisBackend(url))
         if url.startswith("sqlite:///"):
             Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-        storage = RDBStorage(url, engine_kwargs=_engine_kwargs(url))
+        storage = RDBStorage(_with_installed_driver(url), engine_kwargs=_engine_kwargs(url))
         if url.startswith("sqlite"):
             _use_write_ahead_log(storage)
         return storage
-    except (ImportError, optuna.exceptions.StorageInternalError, ValueError) as exc:
+    except (
+        ImportError,
+        optuna.exceptions.StorageInternalError,
+        sqlalchemy.exc.SQLAlchemyError,
+        ValueError,
+    ) as exc:
         raise StorageError(f"cannot open storage {url}: {exc}") from exc
 
 

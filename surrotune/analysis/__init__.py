@@ -1,0 +1,3 @@
+"""Offline analysis of stored studies: exports now; reports and learned rules to come."""
+
+__all__: list[str] = []

@@ -6,6 +6,7 @@ replays anywhere: the shipped ``experiments/datasets/*_h200.json.gz`` files are 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,12 @@ def study_results(study: optuna.Study) -> list[Result]:
     return results
 
 
+def _relative(file: str | None, recording: str | Path) -> str | None:
+    if not file:
+        return file
+    return os.path.relpath(file, Path(recording).resolve().parent)
+
+
 def export_recording(study: optuna.Study, path: str | Path) -> int:
     """Write ``study`` as a surrotune recording; returns the number of configurations."""
     described: dict[str, Any] | None = study.user_attrs.get(STUDY_ATTR)
@@ -56,9 +63,13 @@ def export_recording(study: optuna.Study, path: str | Path) -> int:
         raise ExportError(f"study {study.study_name!r} holds no measured configuration")
     kernel = described.get("kernel") or {}
     device = dict(study.user_attrs.get("device") or {})
+    experiment = described.get("experiment")
+    if experiment:  # relative to the recording, so that no machine's home folder is shipped
+        experiment = os.path.relpath(experiment, Path(path).resolve().parent)
+    kernel = {**kernel, "template": _relative(kernel.get("template"), path)}
     metadata = {
         "study": study.study_name,
-        "experiment": described.get("experiment"),
+        "experiment": experiment,
         "backend": described.get("backend"),
         "kernel": kernel,
         "objective_metric": described.get("objective"),
