@@ -14,7 +14,7 @@ from pathlib import Path
 
 import optuna
 
-from surrotune import session
+from surrotune import bench, session
 from surrotune.errors import SurrotuneError
 from surrotune.experiment import SAMPLERS, parse_duration
 
@@ -53,6 +53,11 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("--study", help="study name (needed when the storage holds several)")
     show.add_argument("--top", type=int, default=10, help="how many configurations")
 
+    bench_parser = commands.add_parser(
+        "bench", help="compare samplers on recorded datasets (replay, many seeds)"
+    )
+    bench.add_arguments(bench_parser)
+
     export = commands.add_parser("export", help="write a stored study as a replayable recording")
     export.add_argument("storage", help="Optuna storage URL or path")
     export.add_argument("--study", help="study name (needed when the storage holds several)")
@@ -73,6 +78,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run(args)
         if args.command == "export":
             return _export(args)
+        if args.command == "bench":
+            return bench.run(args)
         return _show(args)
     except SurrotuneError as exc:
         print(f"surrotune: error: {exc}", file=sys.stderr)

@@ -37,8 +37,9 @@ RUNNER_ATTRS: dict[str, str] = {
     "interrupted": "true on a trial cut short by Ctrl-C; not counted, measured again on resume",
 }
 
-#: consecutive batches without a single evaluation before the runner gives up on the sampler
-MAX_IDLE_BATCHES = 200
+#: consecutive proposals without a new evaluation before the runner gives up on the sampler
+#: (counted in proposals, not batches, so that the limit does not move with --batch-size)
+MAX_IDLE_PROPOSALS = 1000
 
 
 class RunError(RuntimeError):
@@ -54,6 +55,7 @@ class StudyState:
     evaluations: int = 0
     duplicates: int = 0
     measured: int = 0  # distinct configurations evaluated (constraint proposals excluded)
+    proposals: int = 0  # trials told in this run, whatever their outcome
     best: FrozenTrial | None = None
     to_redo: list[dict[str, ParamValue]] = field(default_factory=list)
 
@@ -197,7 +199,7 @@ class Runner:
         initial = state.evaluations
         bar = self.progress(self.trials, initial) if self.progress else None
         self._show(bar, state)
-        idle_batches = 0
+        idle_proposals = 0
         stop_reason = "budget"
         interrupted = False
         try:
@@ -214,15 +216,17 @@ class Runner:
                 if self._feasible_count is not None and state.measured >= self._feasible_count:
                     stop_reason = "exhausted"
                     break
-                if idle_batches >= MAX_IDLE_BATCHES:
+                if idle_proposals >= MAX_IDLE_PROPOSALS:
                     stop_reason = "stalled"
                     break
                 size = min(self.batch_size, self.trials - state.evaluations)
                 before = state.evaluations
+                proposals_before = state.proposals
                 if not self._batch(size, state, bar):
                     stop_reason = "exhausted"
                     break
-                idle_batches = idle_batches + 1 if state.evaluations == before else 0
+                proposed = state.proposals - proposals_before
+                idle_proposals = idle_proposals + proposed if state.evaluations == before else 0
         except KeyboardInterrupt:
             stop_reason, interrupted = "interrupted", True
         finally:
@@ -309,6 +313,7 @@ class Runner:
             frozen = self.study.tell(trial, result.objective)
         else:
             frozen = self.study.tell(trial, state=TrialState.FAIL)
+        state.proposals += 1
         if duplicate_of is not None:
             state.duplicates += 1
             return

@@ -1,0 +1,176 @@
+"""``surrotune bench`` end to end on the tiny cache of tests/test_runner.py (fast)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pytest
+
+from surrotune.backends.replay import load_dataset
+from surrotune.bench import add_arguments, metrics, run
+from surrotune.bench.harness import (
+    BenchError,
+    RunSpec,
+    SamplerSpec,
+    parse_samplers,
+    prepare_dataset,
+    run_bench,
+    run_one,
+)
+from surrotune.bench.report import RANDOM_EXPECTATION, load_runs, summarise
+
+
+def _runner_tests() -> ModuleType:
+    """tests/test_runner.py, for its ``write_kt_cache`` (tests/ is not a package)."""
+    path = Path(__file__).resolve().parents[1] / "test_runner.py"
+    spec = importlib.util.spec_from_file_location("_bench_runner_tests", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+write_kt_cache = _runner_tests().write_kt_cache
+
+
+@pytest.fixture
+def tiny(tmp_path: Path) -> Path:
+    folder = tmp_path / "tinybench"
+    folder.mkdir()
+    return write_kt_cache(folder / "GPU.json")
+
+
+def _check_against_recording(path: Path, values: list[float | None], statuses: list[str]) -> None:
+    recorded = {r.objective if r.ok else None for r in load_dataset(path).results.values()} | {
+        None
+    }
+    assert all(v in recorded for v in values)
+    assert [v is None for v in values] == [s != "ok" for s in statuses]
+
+
+def test_random_and_brute_force_end_to_end(tiny: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    lines: list[str] = []
+    result = run_bench([tiny], "random,brute-force", 10, 2, out, jobs=2, log=lines.append)
+    assert (out / "bench.md").is_file() and (out / "runs.jsonl").is_file()
+    assert (out / "convergence_tinybench_GPU.png").stat().st_size > 1000
+    assert len(lines) == 4 and all("tinybench/GPU" in line for line in lines)
+
+    records = load_runs(out / "runs.jsonl")
+    assert sorted((r.sampler, r.seed) for r in records) == sorted(
+        (r.sampler, r.seed) for r in result.records
+    )
+    data = result.datasets[0]
+    assert data.name == "tinybench/GPU" and len(data.feasible) == 32 and data.failures == 6
+    assert data.optimum == 1.0 and data.direction == "minimize"
+    for record in records:
+        assert record.finished and record.stop_reason == "budget" and record.evaluations == 10
+        _check_against_recording(tiny, record.values, record.statuses)
+
+    rows = {row.sampler: row for row in summarise(result)}
+    assert set(rows) == {"random", "brute-force", RANDOM_EXPECTATION}
+    for name in ("random", "brute-force"):
+        runs = [r for r in records if r.sampler == name]
+        curves = [metrics.fraction_curve(r.values, 1.0, "minimize", 10) for r in runs]
+        assert rows[name].fractions[10] == pytest.approx(np.median([c[-1] for c in curves]))
+        scores = [metrics.methodology_score(r.values, data.feasible, "minimize", 10) for r in runs]
+        assert rows[name].score == pytest.approx(np.mean(scores))
+    expected = metrics.random_expected_fraction(data.feasible, "minimize", 10)
+    assert rows[RANDOM_EXPECTATION].fractions[10] == pytest.approx(expected[-1])
+    assert rows[RANDOM_EXPECTATION].score == 0.0
+    text = (out / "bench.md").read_text()
+    assert "| random |" in text and "| brute-force |" in text and RANDOM_EXPECTATION in text
+    assert "![tinybench/GPU](convergence_tinybench_GPU.png)" in text
+
+
+def test_brute_force_over_the_whole_space_reaches_the_optimum(tiny: Path, tmp_path: Path) -> None:
+    # a budget beyond the 32 configurations: brute force runs out of configurations first
+    result = run_bench([tiny], ["brute-force"], 40, [0, 1], tmp_path / "out", jobs=1, plots=False)
+    rows = {row.sampler: row for row in summarise(result)}
+    assert rows["brute-force"].fractions[40] == 1.0
+    assert rows["brute-force"].to_reach[1.0] is not None
+    for record in result.records:
+        assert record.evaluations == 32 and record.stop_reason == "exhausted"
+        assert sum(v is None for v in record.values) == 6  # every failure cost one evaluation
+        assert metrics.fraction_curve(record.values, 1.0, "minimize")[-1] == 1.0
+    # random search's expectation after the whole space is the optimum, and its E[T] exact
+    expected = rows[RANDOM_EXPECTATION]
+    assert expected.fractions[40] == pytest.approx(1.0)
+    assert expected.expected_to_reach is not None
+    assert expected.expected_to_reach[1.0] == pytest.approx(33 / 2)
+    assert expected.to_reach[1.0] == 16  # the exact median: P(T <= n) = n / 32
+
+
+def test_known_constraints_come_from_the_spaces_file_and_cost_nothing(
+    tiny: Path, tmp_path: Path
+) -> None:
+    spaces = tiny.parent.parent / "spaces"
+    spaces.mkdir()
+    (spaces / "tinybench.json").write_text(
+        json.dumps({"ConfigurationSpace": {"Conditions": [{"Expression": "bx >= 16"}]}})
+    )
+    _dataset, _space, restrictions, summary = prepare_dataset(tiny)
+    assert restrictions == ["bx >= 16"] and summary.constraints_from == "spaces/tinybench.json"
+    assert len(summary.feasible) == 24 and summary.failures == 2
+    record = run_one(RunSpec(str(tiny), SamplerSpec("random", "random"), 3, 20, 60.0))
+    assert record.evaluations == 20 and record.proposals > 20  # random proposed bx = 8 too
+    assert record.finished
+
+
+def test_a_run_past_its_time_limit_is_kept_and_marked(tiny: Path) -> None:
+    record = run_one(RunSpec(str(tiny), SamplerSpec("random", "random"), 0, 10, 0.0))
+    assert not record.finished and record.stop_reason == "timeout"
+    assert "did not finish" in record.note
+
+
+def test_samplers_are_checked_before_anything_runs(tiny: Path, tmp_path: Path) -> None:
+    with pytest.raises(BenchError, match="unknown sampler 'tpee'"):
+        run_bench([tiny], "random,tpee", 5, 1, tmp_path / "out")
+    with pytest.raises(BenchError, match="unknown"):
+        parse_samplers("random", ablate=["everything"])
+    with pytest.raises(BenchError, match="file not found"):
+        run_bench([tmp_path / "missing.json"], "random", 5, 1, tmp_path / "out")
+    specs = parse_samplers("random,random,tpe", ablate=["classifier"])
+    assert [s.label for s in specs] == ["random", "tpe", "surrogate-no-classifier"]
+    assert specs[-1].options == (("ablate", ("classifier",)),)
+    everything = [s.label for s in parse_samplers("random,kt:all")]
+    assert everything[:3] == ["random", "kt:genetic_algorithm", "kt:dual_annealing"]
+    assert len(everything) == 9
+
+
+def test_cli_surface(tiny: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(
+        ["--datasets", str(tiny), "--samplers", "random", "--budget", "5", "--seeds", "1",
+         "-o", str(tmp_path / "out"), "--jobs", "1", "--no-plots"]
+    )  # fmt: skip
+    assert run(args) == 0
+    printed = capsys.readouterr().out
+    assert "## tinybench/GPU" in printed and "| random | 1 |" in printed
+    assert not list((tmp_path / "out").glob("*.png"))
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("kernel_tuner") is None, reason="Kernel Tuner is not installed"
+)
+def test_kernel_tuner_strategies_in_simulation_mode(tiny: Path, tmp_path: Path) -> None:
+    # diff_evo and bayes_opt draw from SciPy's Latin hypercube, which the adapter seeds
+    strategies = "kt:greedy_ils,kt:genetic_algorithm,kt:diff_evo,kt:bayes_opt"
+    result = run_bench([tiny], strategies, 10, [0, 0], tmp_path / "out", jobs=1, plots=False)
+    assert not result.notes
+    by_sampler: dict[str, list[list[float | None]]] = {}
+    for record in result.records:
+        assert record.stop_reason in ("budget", "strategy ended"), record.note
+        assert 0 < record.evaluations <= 10
+        _check_against_recording(tiny, record.values, record.statuses)
+        by_sampler.setdefault(record.sampler, []).append(record.values)
+    for runs in by_sampler.values():
+        assert runs[0] == runs[1]  # the same seed gives the same run
+    with pytest.raises(BenchError, match="has no strategy 'nonsense'"):
+        run_bench([tiny], "kt:nonsense", 5, 1, tmp_path / "out2")
