@@ -131,7 +131,7 @@ class ReferenceSpec:
 
 @dataclass(frozen=True)
 class SearchSettings:
-    sampler: str = "random"
+    sampler: str = "surrogate"
     trials: int = 100
     timeout_s: float | None = None
     seed: int | None = None
@@ -551,7 +551,7 @@ def load_experiment(path: str | Path) -> Experiment:
         except ValueError as exc:
             raise reader.fail("search.timeout", str(exc)) from None
     search = SearchSettings(
-        sampler=reader.choice(search_t, "sampler", "search", SAMPLERS, "random"),
+        sampler=reader.choice(search_t, "sampler", "search", SAMPLERS, "surrogate"),
         trials=reader.integer(search_t, "trials", "search", 100, minimum=1),
         timeout_s=timeout_s,
         seed=reader.integer(search_t, "seed", "search", None),

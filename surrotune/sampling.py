@@ -23,6 +23,7 @@ from optuna.trial import FrozenTrial, TrialState
 from surrotune.result import ParamValue
 
 __all__ = [
+    "ABLATIONS",
     "SAMPLER_NAMES",
     "FeasibleBruteForceSampler",
     "SpaceLike",
@@ -30,7 +31,10 @@ __all__ = [
     "make_sampler",
 ]
 
-SAMPLER_NAMES = ("random", "tpe", "gp", "brute-force")
+SAMPLER_NAMES = ("random", "tpe", "gp", "brute-force", "surrogate")
+
+#: parts of the surrogate sampler that ``surrotune bench --ablate`` can switch off
+ABLATIONS = ("classifier", "diversity", "features")
 
 
 class SpaceLike(Protocol):
@@ -146,8 +150,33 @@ def _python(value: Any) -> ParamValue:
     return value.item() if isinstance(value, np.generic) else value
 
 
-def make_sampler(name: str, space: SpaceLike, *, seed: int | None) -> BaseSampler:
-    """The sampler called ``name``; raises ValueError for an unknown name or a missing extra."""
+def make_sampler(
+    name: str, space: SpaceLike, *, seed: int | None, ablate: Sequence[str] = ()
+) -> BaseSampler:
+    """The sampler called ``name``; raises ValueError for an unknown name or a missing extra.
+
+    ``ablate`` switches parts of the surrogate sampler off (see :data:`ABLATIONS`).
+    """
+    unknown = sorted(set(ablate) - set(ABLATIONS))
+    if unknown or (ablate and name != "surrogate"):
+        raise ValueError(
+            f"ablate={list(ablate)}: only the surrogate sampler has parts to switch off, "
+            f"namely {', '.join(ABLATIONS)}"
+        )
+    if name == "surrogate":
+        from surrotune.space import SearchSpace
+        from surrotune.surrogate.sampler import SurrogateSampler
+
+        if not isinstance(space, SearchSpace):
+            raise ValueError("the surrogate sampler needs a SearchSpace")
+        return SurrogateSampler(
+            space=space,
+            seed=seed,
+            use_classifier="classifier" not in ablate,
+            pending_weight=0.0 if "diversity" in ablate else 0.5,
+            diversity_weight=0.0,
+            pairwise="features" not in ablate,
+        )
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "tpe":

@@ -9,6 +9,7 @@ open it.
 from __future__ import annotations
 
 import importlib.util
+import time
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +62,7 @@ def open_storage(text: str) -> BaseStorage:
             return JournalStorage(JournalRedisBackend(url))
         if url.startswith("sqlite:///"):
             Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-        storage = RDBStorage(_with_installed_driver(url), engine_kwargs=_engine_kwargs(url))
+        storage = _rdb_storage(url)
         if url.startswith("sqlite"):
             _use_write_ahead_log(storage)
         return storage
@@ -72,6 +73,20 @@ def open_storage(text: str) -> BaseStorage:
         ValueError,
     ) as exc:
         raise StorageError(f"cannot open storage {url}: {exc}") from exc
+
+
+def _rdb_storage(url: str) -> RDBStorage:
+    """Open an RDB storage; two runners that create the same new SQLite file at once race on
+    its schema (one sees "UNIQUE constraint failed: alembic_version"), so that is retried."""
+    attempts = 5 if url.startswith("sqlite") else 1
+    for attempt in range(attempts):
+        try:
+            return RDBStorage(_with_installed_driver(url), engine_kwargs=_engine_kwargs(url))
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.OperationalError):
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.2 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 def _use_write_ahead_log(storage: RDBStorage) -> None:

@@ -13,6 +13,7 @@ import optuna
 import pytest
 
 from surrotune.cli import main
+from surrotune.storage import open_storage
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_runner import write_kt_cache
@@ -129,6 +130,7 @@ def test_ctrl_c_in_a_real_process_keeps_trials_and_resumes(
             "--trials", "5000",
             "--sampler", "random", "--storage", str(db), "--study", "s", "--batch-size", "2",
             "--no-progress"]  # fmt: skip
+    open_storage(str(db))  # the schema exists before the test starts polling the file
     proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)  # fmt: skip
     deadline = time.monotonic() + 120

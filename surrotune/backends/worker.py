@@ -771,6 +771,7 @@ class _CudaState:
             function = module.get_function(job.kernel_name)
             if job.dynamic_shared_bytes > _DEFAULT_DYNAMIC_SHARED_LIMIT:
                 phase = "opting in to dynamic shared memory"
+                # CuPy 14: Function has no settable attribute; set it through the driver
                 cupy.cuda.driver.funcSetAttribute(
                     function.ptr,
                     cupy.cuda.driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,

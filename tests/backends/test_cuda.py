@@ -14,7 +14,7 @@ import math
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -614,10 +614,20 @@ class _FakeGpu:
             return _FakeFunction(self.kind)
 
 
+def _fake_func_set_attribute(pointer: int, attribute: int, value: int) -> None:
+    """cuFuncSetAttribute, as CuPy 14 exposes it (Function has no settable attribute)."""
+    assert attribute == 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    _FakeFunction.by_pointer[pointer].max_dynamic_shared_size_bytes = value
+
+
 class _FakeFunction:
+    by_pointer: ClassVar[dict[int, _FakeFunction]] = {}
+
     def __init__(self, kind: bytes) -> None:
         self.kind = kind
         self.max_dynamic_shared_size_bytes = 0
+        self.ptr = id(self)
+        _FakeFunction.by_pointer[self.ptr] = self
 
     def __call__(self, grid: Any, block: Any, args: Any, shared_mem: int = 0) -> None:
         _FakeGpu.launches += 1
@@ -665,7 +675,11 @@ def _fake_cupy() -> Any:
         Event=_FakeEvent,
         get_elapsed_time=lambda start, end: float(end.ticks - start.ticks),
         runtime=runtime,
-        driver=SimpleNamespace(CUDADriverError=_FakeDriverError),
+        driver=SimpleNamespace(
+            CUDADriverError=_FakeDriverError,
+            CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES=8,
+            funcSetAttribute=_fake_func_set_attribute,
+        ),
         function=SimpleNamespace(Module=_FakeGpu.Module),
     )
     return SimpleNamespace(cuda=cuda, asarray=lambda x: np.array(x).view(_DeviceArray))

@@ -1,0 +1,69 @@
+"""Diversity: how close candidates are to what was tried, and a space-filling initial design.
+
+Distances are Euclidean in the encoded space (:meth:`SearchSpace.encode`, every parameter in
+[0, 1]), so one step of a 16-value parameter weighs less than the flip of a binary flag.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["greedy_maximin", "min_distances", "proximity"]
+
+
+def min_distances(candidates: np.ndarray, references: np.ndarray, chunk: int = 4096) -> np.ndarray:
+    """For each candidate row, the distance to its nearest reference row (inf if none)."""
+    out = np.full(len(candidates), np.inf)
+    if len(references) == 0 or len(candidates) == 0:
+        return out
+    refs = np.asarray(references, dtype=np.float64)
+    ref_sq = (refs**2).sum(axis=1)
+    for start in range(0, len(candidates), chunk):
+        block = np.asarray(candidates[start : start + chunk], dtype=np.float64)
+        sq = (block**2).sum(axis=1)[:, None] + ref_sq[None, :] - 2.0 * block @ refs.T
+        out[start : start + chunk] = np.sqrt(np.maximum(sq.min(axis=1), 0.0))
+    return out
+
+
+def proximity(distances: np.ndarray, length_scale: float) -> np.ndarray:
+    """A penalty in [0, 1] that decreases with distance: ``exp(-(d / length_scale)^2)``.
+
+    1 at a reference itself, about 0.37 one length scale away, 0 with no reference (inf).
+    """
+    if length_scale <= 0:
+        raise ValueError(f"length_scale must be positive; got {length_scale}")
+    d = np.asarray(distances, dtype=np.float64)
+    return np.exp(-((d / length_scale) ** 2))
+
+
+def greedy_maximin(
+    points: np.ndarray,
+    n: int,
+    rng: np.random.Generator,
+    *,
+    existing: np.ndarray | None = None,
+    pool: int = 2048,
+) -> np.ndarray:
+    """Indices of ``n`` rows of ``points`` that spread out: each the farthest from those before.
+
+    A random subset of at most ``pool`` rows is searched (seeded, so the design is reproducible
+    and its cost bounded on large spaces). Distances count from ``existing`` rows too, so a
+    design continued after some trials fills the gaps they left. Without ``existing``, the first
+    pick is a random row.
+    """
+    if n <= 0 or len(points) == 0:
+        return np.zeros(0, dtype=np.int64)
+    subset = rng.permutation(len(points))[: min(pool, len(points))]
+    cand = np.asarray(points[subset], dtype=np.float64)
+    dist = (
+        min_distances(cand, existing)
+        if existing is not None and len(existing)
+        else np.full(len(cand), np.inf)
+    )
+    chosen: list[int] = []
+    for _ in range(min(n, len(cand))):
+        pick = int(rng.integers(len(cand))) if np.isinf(dist).all() else int(np.argmax(dist))
+        chosen.append(pick)
+        dist = np.minimum(dist, np.sqrt(((cand - cand[pick]) ** 2).sum(axis=1)))
+        dist[pick] = -1.0
+    return subset[np.array(chosen, dtype=np.int64)]

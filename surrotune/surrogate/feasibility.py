@@ -1,0 +1,131 @@
+"""The feasibility model: P(ok) of a configuration, learned from the statuses of failed trials.
+
+Known constraints are exact and handled by the SearchSpace; what is left are the failures nobody
+wrote down (too many registers, too much shared memory, a compiler bug). They cluster in regions
+of the space that a tree classifier finds quickly (``bx * by * tile > limit``), so a boosted
+classifier on the same features as the performance model learns them from a few dozen trials.
+
+Probabilities multiply expected improvement and gate candidates, so they must mean what they
+say: with enough failures and successes they are calibrated (Platt scaling, cross-validated, by
+``CalibratedClassifierCV``); with fewer, the raw boosted probabilities are shrunk towards the
+observed rate; with a single class seen, the model is a constant (a Laplace-smoothed rate), since
+nothing distinguishes one candidate from another.
+
+Binary (ok against any failure): the acquisition only needs P(ok). The statuses themselves are
+kept in ``status_counts_`` for reports.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+from collections.abc import Sequence
+
+import numpy as np
+from sklearn.exceptions import NotFittedError
+
+__all__ = ["FeasibilityModel"]
+
+
+class FeasibilityModel:
+    """P(ok) from a boosted classifier, calibrated where the data allows.
+
+    Args:
+        n_estimators: boosting rounds.
+        max_depth: tree depth.
+        learning_rate: shrinkage.
+        calibrate_min: calibrate (3-fold Platt scaling) once both classes have at least this many
+            observations; below it, the raw probabilities are shrunk towards the base rate.
+        seed: XGBoost seed; the model is deterministic for a seed.
+        n_jobs: XGBoost threads.
+    """
+
+    def __init__(
+        self,
+        *,
+        n_estimators: int = 80,
+        max_depth: int = 4,
+        learning_rate: float = 0.15,
+        calibrate_min: int = 8,
+        seed: int = 0,
+        n_jobs: int = 1,
+    ) -> None:
+        self.n_estimators = n_estimators
+        self.max_depth = max_depth
+        self.learning_rate = learning_rate
+        self.calibrate_min = calibrate_min
+        self.seed = seed
+        self.n_jobs = n_jobs
+
+    def fit(
+        self,
+        X: np.ndarray,
+        ok: np.ndarray,
+        statuses: Sequence[str] | None = None,
+    ) -> FeasibilityModel:
+        """Fit on features ``X`` and outcomes ``ok`` (True = ran fine); returns self."""
+        X = np.asarray(X, dtype=np.float32)
+        ok = np.asarray(ok, dtype=bool)
+        if X.ndim != 2 or len(X) != len(ok) or len(ok) == 0:
+            raise ValueError(
+                f"fit needs a 2-D X with one row per outcome; got X {X.shape} and ok {ok.shape}"
+            )
+        self.n_features_in_ = X.shape[1]
+        self.status_counts_ = Counter(statuses if statuses is not None else [])
+        n_ok = int(ok.sum())
+        n_fail = len(ok) - n_ok
+        self.prior_ = (n_ok + 1.0) / (len(ok) + 2.0)
+        self.calibrated_ = False
+        self.shrink_ = 1.0
+        if n_ok == 0 or n_fail == 0:
+            self.estimator_ = None
+            return self
+        from xgboost import XGBClassifier
+
+        base = XGBClassifier(
+            n_estimators=self.n_estimators,
+            max_depth=self.max_depth,
+            learning_rate=self.learning_rate,
+            tree_method="hist",
+            n_jobs=self.n_jobs,
+            random_state=self.seed,
+            verbosity=0,
+        )
+        y = (~ok).astype(np.int64)  # class 1 = failure: the rare class is the positive one
+        if min(n_ok, n_fail) >= self.calibrate_min:
+            from sklearn.calibration import CalibratedClassifierCV
+            from sklearn.model_selection import StratifiedKFold
+
+            cv = StratifiedKFold(n_splits=3, shuffle=True, random_state=self.seed)
+            self.estimator_ = CalibratedClassifierCV(base, method="sigmoid", cv=cv)
+            self.calibrated_ = True
+        else:
+            self.estimator_ = base
+            # few examples of one class: trust the classifier in proportion to them
+            self.shrink_ = min(n_ok, n_fail) / float(self.calibrate_min)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            self.estimator_.fit(X, y)
+        return self
+
+    def predict_ok(self, X: np.ndarray) -> np.ndarray:
+        """P(ok) per row of ``X``."""
+        if not hasattr(self, "prior_"):
+            raise NotFittedError(
+                "This FeasibilityModel instance is not fitted yet; call fit(X, ok) first."
+            )
+        X = np.ascontiguousarray(X, dtype=np.float32)
+        if X.ndim != 2 or X.shape[1] != self.n_features_in_:
+            raise ValueError(
+                f"X has {X.shape[-1]} features, but this model was fitted with "
+                f"{self.n_features_in_}"
+            )
+        if self.estimator_ is None:
+            return np.full(len(X), self.prior_)
+        p_ok = self.estimator_.predict_proba(X)[:, 0].astype(np.float64)
+        return self.shrink_ * p_ok + (1.0 - self.shrink_) * self.prior_
+
+    @property
+    def informative(self) -> bool:
+        """Whether predictions differ between candidates (both classes have been seen)."""
+        return getattr(self, "estimator_", None) is not None

@@ -1,0 +1,667 @@
+"""SurrogateSampler: the Optuna sampler that learns from every trial, failures included.
+
+Glue over the pure parts (:mod:`.features`, :mod:`.performance`, :mod:`.feasibility`,
+:mod:`.acquisition`, :mod:`.diversity`). Per suggestion it reads the study's trials:
+
+* COMPLETE trials teach the performance model (their value) and the feasibility model (ok);
+* FAIL trials teach the feasibility model (a failure of their ``status``; a FAIL without one is a
+  generic failure). FAIL trials marked ``interrupted`` or ``duplicate_of``, and ``constraint``
+  ones, teach nothing: they say nothing about the kernel;
+* RUNNING and WAITING trials are pending work of this or another worker: never proposed again,
+  and candidates near them are penalised so that one batch spreads out.
+
+Two ways to describe the space:
+
+* a :class:`~surrotune.space.SearchSpace` (surrotune's runner): the whole configuration is
+  proposed in ``sample_relative``, chosen over the enumerated feasible set (or a large random
+  pool of it when it is too large to enumerate), so no known constraint is ever broken and no
+  configuration is proposed twice;
+* nothing (plain Optuna): the space is the intersection of the distributions of finished trials;
+  the first trial (and parameters outside that space) come from a ``RandomSampler``, later ones
+  from a pool of random and mutated configurations scored by the models; ``is_feasible`` filters
+  the pool.
+
+Models are refitted on a schedule (when the observations grew by ``refit_growth``, at least one)
+and kept on the instance keyed by the number of observations, so most suggestions only score the
+cached predictions: a few vectorised array operations over the candidate set.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import optuna
+import pandas as pd
+from optuna.distributions import BaseDistribution
+from optuna.samplers import BaseSampler, RandomSampler
+from optuna.study import Study, StudyDirection
+from optuna.trial import FrozenTrial, TrialState
+
+from surrotune.result import Status
+from surrotune.space import SearchSpace, SpaceError, SpaceTooLarge
+from surrotune.surrogate.acquisition import (
+    acquisition_scores,
+    boundary_scores,
+    expected_improvement,
+    feasibility_gate,
+)
+from surrotune.surrogate.diversity import greedy_maximin, min_distances, proximity
+from surrotune.surrogate.feasibility import FeasibilityModel
+from surrotune.surrogate.features import (
+    DeriveFn,
+    DistributionEncoder,
+    derive_columns,
+    make_features,
+    positive_columns,
+    raw_values,
+)
+from surrotune.surrogate.performance import PerformanceModel, transform_objective
+
+__all__ = ["SurrogateSampler"]
+
+#: statuses that say nothing about the kernel (never compiled): not learned
+_NOT_LEARNED = {Status.CONSTRAINT.value}
+#: the label of a FAIL trial without a ``status`` attribute
+GENERIC_FAILURE = "fail"
+
+
+@dataclass
+class _Observed:
+    """The study's trials, as the models need them (rows of features, in trial order)."""
+
+    features: list[np.ndarray] = field(default_factory=list)
+    encoded: list[np.ndarray] = field(default_factory=list)
+    values: list[float | None] = field(default_factory=list)  # None for failures
+    statuses: list[str] = field(default_factory=list)
+    numbers: list[int] = field(default_factory=list)
+    pending: list[np.ndarray] = field(default_factory=list)  # encoded rows
+    taken: set[Any] = field(default_factory=set)  # keys (ranks or tuples)
+    failed_keys: list[Any] = field(default_factory=list)
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+    @property
+    def n_ok(self) -> int:
+        return sum(v is not None for v in self.values)
+
+
+class SurrogateSampler(BaseSampler):
+    """Proposes configurations by expected improvement × P(ok) − diversity penalty.
+
+    Args:
+        space: surrotune's search space; then whole configurations are proposed over its
+            feasible set. Without it, the space is inferred from the trials' distributions.
+        is_feasible: ``params -> bool``: further known constraints; infeasible candidates are
+            never proposed.
+        seed: seeds everything; two studies with the same seed and outcomes get the same
+            proposals.
+        n_startup_trials: observations (ok or failed) before the models are used; until then
+            proposals follow a space-filling (greedy maximin) design.
+        derive: optional ``frame -> DataFrame`` of extra numeric features per configuration.
+        pairwise: add log2 products and ratios of positive numeric parameters as features.
+        n_models: performance ensemble size (the uncertainty of expected improvement).
+        refit_growth: refit when the observations grew by this fraction (at least one).
+        xi: expected-improvement margin on the model's (standardised log) scale.
+        gate_threshold: candidates with P(ok) below it are not proposed ...
+        gate_epsilon: ... except with this probability per proposal (the gate is skipped).
+        boundary_share: probability per proposal of choosing among candidates one step from a
+            known failure, where P(ok) is most uncertain (needs a SearchSpace). Off by default:
+            on convolution_milo/A100 and gemm_h200 (5 seeds) it did not help reach the optimum.
+        diversity_weight: penalty weight for proximity to evaluated configurations (off by
+            default, measured like ``boundary_share``; pending ones are always penalised).
+        pending_weight: penalty weight for proximity to pending (RUNNING/WAITING) ones.
+        use_classifier: False switches the failure classifier off (P(ok) = 1, no gate): the
+            ablation that shows what learning from failures is worth.
+        length_scale: distance (in the [0, 1] encoding) at which the penalty falls to 1/e.
+        max_candidates: pool size for spaces too large to enumerate.
+        pool_size: random pool per proposal on the plain-Optuna path.
+        n_jobs: XGBoost threads.
+    """
+
+    def __init__(
+        self,
+        *,
+        space: SearchSpace | None = None,
+        is_feasible: Callable[[dict[str, Any]], bool] | None = None,
+        seed: int | None = None,
+        n_startup_trials: int = 10,
+        derive: DeriveFn | None = None,
+        pairwise: bool = True,
+        n_models: int = 5,
+        refit_growth: float = 0.05,
+        xi: float = 0.0,
+        gate_threshold: float = 0.1,
+        gate_epsilon: float = 0.05,
+        boundary_share: float = 0.0,
+        diversity_weight: float = 0.0,
+        pending_weight: float = 0.5,
+        length_scale: float = 0.15,
+        max_candidates: int = 50_000,
+        pool_size: int = 2048,
+        n_jobs: int = 1,
+        use_classifier: bool = True,
+    ) -> None:
+        self._space = space
+        self._is_feasible = is_feasible
+        self._seed = (
+            int(seed) if seed is not None else int(np.random.SeedSequence().generate_state(1)[0])
+        )
+        self._random = RandomSampler(seed=self._seed)
+        self.n_startup_trials = n_startup_trials
+        self.derive = derive
+        self.pairwise = pairwise
+        self.n_models = n_models
+        self.refit_growth = refit_growth
+        self.xi = xi
+        self.gate_threshold = gate_threshold
+        self.gate_epsilon = gate_epsilon
+        self.boundary_share = boundary_share
+        self.diversity_weight = diversity_weight
+        self.pending_weight = pending_weight
+        self.use_classifier = use_classifier
+        self.length_scale = length_scale
+        self.max_candidates = max_candidates
+        self.pool_size = pool_size
+        self.n_jobs = n_jobs
+        self._table: _Table | None = None
+        self._fit: _Fit | None = None
+        self._trial_keys: dict[int, Any] = {}
+        self._near: np.ndarray | None = None
+        self._near_seen: set[int] = set()
+
+    # ------------------------------------------------------------------ Optuna's sampler API
+
+    def reseed_rng(self) -> None:
+        self._seed = int(np.random.SeedSequence().generate_state(1)[0])
+        self._random.reseed_rng()
+
+    def infer_relative_search_space(
+        self, study: Study, trial: FrozenTrial
+    ) -> dict[str, BaseDistribution]:
+        if self._space is not None:
+            from surrotune.sampling import distributions
+
+            return distributions(self._space)
+        return _intersection(study.get_trials(deepcopy=False))
+
+    def sample_relative(
+        self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
+        if not search_space:
+            return {}
+        if len(study.directions) > 1:
+            raise ValueError("SurrogateSampler supports single-objective studies only")
+        rng = np.random.default_rng([self._seed, trial.number])
+        if self._space is not None:
+            return self._sample_space(study, trial, self._space, rng)
+        return self._sample_plain(study, trial, search_space, rng)
+
+    def sample_independent(
+        self,
+        study: Study,
+        trial: FrozenTrial,
+        param_name: str,
+        param_distribution: BaseDistribution,
+    ) -> Any:
+        return self._random.sample_independent(study, trial, param_name, param_distribution)
+
+    # ------------------------------------------------------------------ SearchSpace path
+
+    def _sample_space(
+        self, study: Study, trial: FrozenTrial, space: SearchSpace, rng: np.random.Generator
+    ) -> dict[str, Any]:
+        table = self._table_for(space)
+        obs = self._observe_space(study, trial, table)
+        available = table.allowed & ~table.isin(obs.taken)
+        if not available.any():
+            study.tell(trial.number, state=TrialState.FAIL)  # else it stays RUNNING forever
+            raise optuna.exceptions.OptunaError(
+                "SurrogateSampler: every feasible configuration has been proposed"
+            )
+        rows = np.flatnonzero(available)
+        if obs.n < self.n_startup_trials or obs.n_ok < 2:
+            existing = np.array(obs.encoded + obs.pending).reshape(-1, table.encoded.shape[1])
+            pick = greedy_maximin(table.encoded[rows], 1, rng, existing=existing)
+            return table.config(int(rows[pick[0]]))
+        fit = self._refit(study, obs, table.features.shape[1], key=("space", id(table)))
+        if fit.cand_mean is None:
+            fit.cand_mean, fit.cand_std = fit.perf.predict(table.features, return_std=True)
+            fit.cand_ok = fit.feas.predict_ok(table.features)
+        assert fit.cand_std is not None and fit.cand_ok is not None
+        self._update_near(table, obs)
+        assert self._near is not None
+        pending = min_distances(table.encoded[rows], np.array(obs.pending).reshape(-1, table.dim))
+        boundary = None
+        if (
+            self.boundary_share > 0
+            and obs.failed_keys
+            and fit.feas.informative
+            and rng.random() < self.boundary_share
+        ):
+            boundary = table.boundary_mask(obs.failed_keys)[rows]
+        choice = self._choose(
+            fit,
+            obs,
+            fit.cand_mean[rows],
+            fit.cand_std[rows],
+            fit.cand_ok[rows],
+            self._near[rows],
+            pending,
+            boundary,
+            rng,
+        )
+        return table.config(int(rows[choice]))
+
+    def _table_for(self, space: SearchSpace) -> _Table:
+        if self._table is None or self._table.space is not space:
+            self._table = _Table.build(space, self, np.random.default_rng(self._seed))
+            self._fit = None
+            self._trial_keys = {}
+            self._near = None
+            self._near_seen = set()
+        return self._table
+
+    def _observe_space(self, study: Study, trial: FrozenTrial, table: _Table) -> _Observed:
+        trials = [t for t in study.get_trials(deepcopy=False) if t.number != trial.number]
+        new = [t for t in trials if t.number not in self._trial_keys]
+        if new:
+            self._index_trials(new, table)
+        obs = _Observed()
+        for t in trials:
+            key = self._trial_keys.get(t.number)
+            if key is None:
+                continue
+            if t.state in (TrialState.RUNNING, TrialState.WAITING):
+                obs.taken.add(key)
+                obs.pending.append(table.encoded_of(key))
+                continue
+            learned = _learned(t)
+            if t.state.is_finished() and not t.user_attrs.get("interrupted"):
+                obs.taken.add(key)
+            if learned is None:
+                continue
+            value, status = learned
+            obs.features.append(table.features_of(key))
+            obs.encoded.append(table.encoded_of(key))
+            obs.values.append(value)
+            obs.statuses.append(status)
+            obs.numbers.append(t.number)
+            if value is None:
+                obs.failed_keys.append(key)
+        return obs
+
+    def _index_trials(self, trials: Sequence[FrozenTrial], table: _Table) -> None:
+        """Record each trial's key once (params never change); incomplete ones are retried."""
+        names = table.space.names
+        full = []
+        for t in trials:
+            params = _held_params(t)
+            if set(names) <= set(params):
+                full.append((t.number, {n: params[n] for n in names}))
+        if not full:
+            return
+        try:
+            index = table.space.index_of(pd.DataFrame([p for _, p in full]))
+            keys = table.keys_of(index)
+            for (number, _), key in zip(full, keys, strict=True):
+                self._trial_keys[number] = key
+        except SpaceError:
+            for number, params in full:
+                try:
+                    index = table.space.index_of(params)
+                except SpaceError:
+                    self._trial_keys[number] = None  # outside the space: ignored
+                    continue
+                self._trial_keys[number] = table.keys_of(index)[0]
+        for number, params in full:
+            key = self._trial_keys.get(number)
+            if key is not None:
+                table.remember(key, params)
+
+    def _update_near(self, table: _Table, obs: _Observed) -> None:
+        """Nearest-evaluated distance per candidate, updated with the new observations only."""
+        if self._near is None:
+            self._near = np.full(len(table.keys), np.inf)
+        fresh = [i for i, number in enumerate(obs.numbers) if number not in self._near_seen]
+        if fresh:
+            rows = np.array([obs.encoded[i] for i in fresh])
+            self._near = np.minimum(self._near, min_distances(table.encoded, rows))
+            self._near_seen.update(obs.numbers[i] for i in fresh)
+
+    # ------------------------------------------------------------------ plain-Optuna path
+
+    def _sample_plain(
+        self,
+        study: Study,
+        trial: FrozenTrial,
+        search_space: dict[str, BaseDistribution],
+        rng: np.random.Generator,
+    ) -> dict[str, Any]:
+        encoder = DistributionEncoder(search_space)
+        obs_configs: list[dict[str, Any]] = []
+        obs = _Observed()
+        pending_configs: list[dict[str, Any]] = []
+        for t in study.get_trials(deepcopy=False):
+            if t.number == trial.number:
+                continue
+            params = _held_params(t)
+            if not all(n in params for n in encoder.names):
+                continue
+            if t.state != TrialState.WAITING and any(
+                t.distributions.get(n) != search_space[n] for n in encoder.names
+            ):
+                continue
+            config = {n: params[n] for n in encoder.names}
+            key = encoder.key(config)
+            if t.state in (TrialState.RUNNING, TrialState.WAITING):
+                obs.taken.add(key)
+                pending_configs.append(config)
+                continue
+            if t.state.is_finished() and not t.user_attrs.get("interrupted"):
+                obs.taken.add(key)
+            learned = _learned(t)
+            if learned is None:
+                continue
+            obs_configs.append(config)
+            obs.values.append(learned[0])
+            obs.statuses.append(learned[1])
+            obs.numbers.append(t.number)
+        # candidates: a random pool plus mutations of the best observed configurations
+        pool = encoder.sample(self.pool_size, rng)
+        ok = [(v, c) for v, c in zip(obs.values, obs_configs, strict=True) if v is not None]
+        if ok:
+            maximize = study.direction == StudyDirection.MAXIMIZE
+            ok.sort(key=lambda vc: -vc[0] if maximize else vc[0])
+            elites = [c for _, c in ok[: max(1, min(10, len(ok) // 5))]]
+            pool += encoder.mutate(elites, self.pool_size // 2, rng)
+        seen: set[Any] = set(obs.taken)
+        candidates = []
+        for config in pool:
+            key = encoder.key(config)
+            if key in seen:
+                continue
+            seen.add(key)
+            if self._is_feasible is not None and not self._is_feasible(dict(config)):
+                continue
+            candidates.append(config)
+        if not candidates:
+            return {}  # nothing new found: fall back to independent random sampling
+        cand_enc, cand_raw = encoder.encode(candidates)
+        pair_cols = _positive_dist_columns(encoder) if self.pairwise else []
+        cand_feat = self._plain_features(cand_enc, cand_raw, pair_cols, candidates)
+        obs_enc, obs_raw = encoder.encode(obs_configs) if obs_configs else (cand_enc[:0],) * 2
+        pend_enc = encoder.encode(pending_configs)[0] if pending_configs else cand_enc[:0]
+        if obs.n < self.n_startup_trials or obs.n_ok < 2:
+            existing = np.concatenate([obs_enc, pend_enc])
+            pick = greedy_maximin(cand_enc, 1, rng, existing=existing)
+            return candidates[int(pick[0])]
+        obs_feat = self._plain_features(obs_enc, obs_raw, pair_cols, obs_configs)
+        obs.features = list(obs_feat)
+        fit = self._refit(study, obs, cand_feat.shape[1], key=("plain", encoder.names))
+        mean, std = fit.perf.predict(cand_feat, return_std=True)
+        p_ok = fit.feas.predict_ok(cand_feat)
+        choice = self._choose(
+            fit,
+            obs,
+            mean,
+            std,
+            p_ok,
+            min_distances(cand_enc, obs_enc),
+            min_distances(cand_enc, pend_enc),
+            None,
+            rng,
+        )
+        return candidates[choice]
+
+    def _plain_features(
+        self,
+        encoded: np.ndarray,
+        raw: np.ndarray,
+        pair_cols: Sequence[int],
+        configs: Sequence[Mapping[str, Any]],
+    ) -> np.ndarray:
+        extra = derive_columns(self.derive, pd.DataFrame(list(configs))) if self.derive else None
+        return make_features(encoded, raw, pair_columns=pair_cols, extra=extra)
+
+    # ------------------------------------------------------------------ models and choice
+
+    def _refit(self, study: Study, obs: _Observed, n_features: int, key: Any) -> _Fit:
+        """The fitted models for these observations: reused until the schedule says refit."""
+        fit = self._fit
+        if (
+            fit is not None
+            and fit.key == key
+            and fit.n_features == n_features
+            and obs.n - fit.n < max(1, math.floor(self.refit_growth * fit.n))
+        ):
+            return fit
+        X = np.array(obs.features, dtype=np.float32)
+        ok = np.array([v is not None for v in obs.values])
+        direction = "maximize" if study.direction == StudyDirection.MAXIMIZE else "minimize"
+        values = np.array([v for v in obs.values if v is not None], dtype=np.float64)
+        y = transform_objective(values, direction)
+        perf = PerformanceModel(n_models=self.n_models, seed=self._seed, n_jobs=self.n_jobs)
+        perf.fit(X[ok], y)
+        feas = FeasibilityModel(seed=self._seed, n_jobs=self.n_jobs).fit(X, ok, obs.statuses)
+        self._fit = _Fit(
+            key=key, n=obs.n, n_features=n_features, perf=perf, feas=feas, direction=direction
+        )
+        return self._fit
+
+    def _choose(
+        self,
+        fit: _Fit,
+        obs: _Observed,
+        mean: np.ndarray,
+        std: np.ndarray,
+        p_ok: np.ndarray,
+        near_evaluated: np.ndarray,
+        near_pending: np.ndarray,
+        boundary: np.ndarray | None,
+        rng: np.random.Generator,
+    ) -> int:
+        """Index of the best candidate by the acquisition (or by boundary uncertainty)."""
+        if not self.use_classifier:  # ablation: failures teach nothing, P(ok) = 1 everywhere
+            p_ok = np.ones_like(mean)
+            boundary = None
+        ok_values = np.array([v for v in obs.values if v is not None], dtype=np.float64)
+        best = float(transform_objective(ok_values, fit.direction).min())
+        ei = expected_improvement(mean, std, best, xi=self.xi)
+        if not (ei > 0).any():  # nothing expected to improve: rank by the predicted mean
+            ei = np.exp(-(mean - mean.min()))
+        top = float(ei.max())
+        promise = ei / top if top > 0 else ei
+        penalty = self.diversity_weight * proximity(near_evaluated, self.length_scale)
+        penalty = penalty + self.pending_weight * proximity(near_pending, self.length_scale)
+        allowed = np.ones(len(mean), dtype=bool)
+        if fit.feas.informative:
+            allowed = feasibility_gate(p_ok, self.gate_threshold, rng, epsilon=self.gate_epsilon)
+            if not allowed.any():
+                allowed[:] = True
+        if boundary is not None and (boundary & allowed).any():
+            scores = boundary_scores(p_ok, promise) - penalty
+            scores[~(boundary & allowed)] = -np.inf
+            return int(np.argmax(scores))
+        scores = acquisition_scores(ei, p_ok, penalty, weight=1.0)
+        scores[~allowed] = -np.inf
+        return int(np.argmax(scores))
+
+
+@dataclass
+class _Fit:
+    """Models fitted on the first ``n`` observations, with cached candidate predictions."""
+
+    key: Any
+    n: int
+    n_features: int
+    perf: PerformanceModel
+    feas: FeasibilityModel
+    direction: str = "minimize"
+    cand_mean: np.ndarray | None = None
+    cand_std: np.ndarray | None = None
+    cand_ok: np.ndarray | None = None
+
+
+class _Table:
+    """The candidate set of a SearchSpace: keys, encodings, features, the ``is_feasible`` mask.
+
+    Keys are mixed-radix ranks of the value positions (int64), so that membership tests over the
+    whole set are ``np.isin`` calls rather than Python loops.
+    """
+
+    def __init__(self, space: SearchSpace) -> None:
+        self.space = space
+        self.lengths = np.array([len(space.values[n]) for n in space.names], dtype=np.int64)
+        strides = np.ones(len(self.lengths), dtype=np.int64)
+        for k in range(len(self.lengths) - 2, -1, -1):
+            strides[k] = strides[k + 1] * self.lengths[k + 1]
+        self.strides = strides
+        self.dim = len(space.names)
+        self._extra_rows: dict[Any, tuple[np.ndarray, np.ndarray]] = {}
+
+    @classmethod
+    def build(cls, space: SearchSpace, sampler: SurrogateSampler, rng: np.random.Generator):
+        if space.product_size >= 2**62:
+            raise SpaceError(
+                f"SurrogateSampler needs a space whose product fits in 62 bits; this one has "
+                f"{space.product_size:,} configurations"
+            )
+        table = cls(space)
+        try:
+            frame = space.enumerate()
+        except SpaceTooLarge:
+            frame = space.sample(sampler.max_candidates, rng)
+        index = space.index_of(frame)
+        order = np.argsort(index @ table.strides, kind="stable")
+        frame = frame.iloc[order].reset_index(drop=True)
+        index = index[order]
+        table.frame = frame
+        table.keys = index @ table.strides
+        table.lookup = {int(k): row for row, k in enumerate(table.keys)}
+        table.index = index
+        table.encoded = space.encode(frame)
+        table.raw = raw_values(space, index)
+        table.pair_cols = positive_columns(table.raw) if sampler.pairwise else []
+        table.derive = sampler.derive
+        table.features = table._features(table.encoded, table.raw, frame)
+        allowed = np.ones(len(frame), dtype=bool)
+        if sampler._is_feasible is not None:
+            records = frame.to_dict("records")
+            allowed = np.array([bool(sampler._is_feasible(_plain(r))) for r in records])
+        table.allowed = allowed
+        return table
+
+    def _features(self, encoded: np.ndarray, raw: np.ndarray, frame: pd.DataFrame) -> np.ndarray:
+        extra = derive_columns(self.derive, frame) if self.derive is not None else None
+        return make_features(encoded, raw, pair_columns=self.pair_cols, extra=extra)
+
+    def keys_of(self, index: np.ndarray) -> list[int]:
+        return [int(k) for k in np.atleast_2d(index) @ self.strides]
+
+    def isin(self, keys: set[Any]) -> np.ndarray:
+        if not keys:
+            return np.zeros(len(self.keys), dtype=bool)
+        return np.isin(self.keys, np.fromiter(keys, dtype=np.int64, count=len(keys)))
+
+    def remember(self, key: int, params: Mapping[str, Any]) -> None:
+        """Keep the encoding of an observed configuration that is not among the candidates."""
+        if key in self.lookup or key in self._extra_rows:
+            return
+        frame = pd.DataFrame([dict(params)], columns=list(self.space.names))
+        index = self.space.index_of(frame)
+        encoded = self.space.encode(frame)
+        features = self._features(encoded, raw_values(self.space, index), frame)
+        self._extra_rows[key] = (encoded[0], features[0])
+
+    def encoded_of(self, key: int) -> np.ndarray:
+        row = self.lookup.get(key)
+        return self.encoded[row] if row is not None else self._extra_rows[key][0]
+
+    def features_of(self, key: int) -> np.ndarray:
+        row = self.lookup.get(key)
+        return self.features[row] if row is not None else self._extra_rows[key][1]
+
+    def config(self, row: int) -> dict[str, Any]:
+        return {n: _python(self.space.values[n][int(self.index[row, k])])
+                for k, n in enumerate(self.space.names)}  # fmt: skip
+
+    def boundary_mask(self, failed: Sequence[int]) -> np.ndarray:
+        """Candidates one value step (in one parameter) from a failed configuration."""
+        keys = np.asarray(failed, dtype=np.int64)
+        index = (keys[:, None] // self.strides[None, :]) % self.lengths[None, :]
+        near = []
+        for k in range(self.dim):
+            for step in (-1, 1):
+                ok = (index[:, k] + step >= 0) & (index[:, k] + step < self.lengths[k])
+                near.append(keys[ok] + step * self.strides[k])
+        return np.isin(self.keys, np.concatenate(near))
+
+
+def _learned(trial: FrozenTrial) -> tuple[float | None, str] | None:
+    """``(value or None, status)`` of a trial the models learn from; None for the others."""
+    attrs = trial.user_attrs
+    if attrs.get("interrupted") or "duplicate_of" in attrs:
+        return None
+    if trial.state == TrialState.COMPLETE:
+        if trial.value is None or not math.isfinite(trial.value):
+            return None
+        return float(trial.value), Status.OK.value
+    if trial.state == TrialState.FAIL:
+        status = str(attrs.get("status", GENERIC_FAILURE))
+        if status in _NOT_LEARNED or status == Status.OK.value:
+            return None
+        return None, status
+    return None
+
+
+def _held_params(trial: FrozenTrial) -> dict[str, Any]:
+    """A trial's configuration; a WAITING (enqueued) one keeps it in ``fixed_params``."""
+    if trial.state == TrialState.WAITING:
+        return dict(trial.system_attrs.get("fixed_params") or {})
+    return dict(trial.params)
+
+
+def _intersection(trials: Sequence[FrozenTrial]) -> dict[str, BaseDistribution]:
+    """The distributions every finished (COMPLETE or FAIL) trial shares, by name."""
+    space: dict[str, BaseDistribution] | None = None
+    for t in trials:
+        if t.state not in (TrialState.COMPLETE, TrialState.FAIL) or not t.distributions:
+            continue
+        if space is None:
+            space = dict(t.distributions)
+            continue
+        space = {n: d for n, d in space.items() if t.distributions.get(n) == d}
+    return dict(sorted((space or {}).items()))
+
+
+def _positive_dist_columns(encoder: DistributionEncoder) -> list[int]:
+    from optuna.distributions import CategoricalDistribution
+
+    out = []
+    for k, name in enumerate(encoder.names):
+        dist = encoder.distributions[name]
+        if isinstance(dist, CategoricalDistribution):
+            choices = dist.choices
+            if (
+                len(choices) > 1
+                and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in choices)
+                and min(choices) > 0  # type: ignore[type-var]
+            ):
+                out.append(k)
+        elif dist.low > 0 and dist.high > dist.low:  # type: ignore[attr-defined]
+            out.append(k)
+    return out
+
+
+def _python(value: Any) -> Any:
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _plain(record: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: _python(v) for k, v in record.items()}

@@ -1,0 +1,169 @@
+"""The pure parts of the surrogate: features, performance and feasibility models, acquisition."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from sklearn.exceptions import NotFittedError
+
+from surrotune.space import SearchSpace
+from surrotune.surrogate.acquisition import (
+    acquisition_scores,
+    boundary_scores,
+    expected_improvement,
+    feasibility_gate,
+)
+from surrotune.surrogate.diversity import greedy_maximin, min_distances, proximity
+from surrotune.surrogate.feasibility import FeasibilityModel
+from surrotune.surrogate.features import (
+    FEATURES_VERSION,
+    make_features,
+    pairwise_features,
+    positive_columns,
+    raw_values,
+)
+from surrotune.surrogate.performance import PerformanceModel, transform_objective
+
+
+def planted_space() -> SearchSpace:
+    return SearchSpace({"a": [1, 2, 4, 8, 16, 32], "b": [1, 2, 4, 8, 16, 32], "c": [0, 1]})
+
+
+def features_of(space: SearchSpace) -> tuple[np.ndarray, np.ndarray]:
+    frame = space.enumerate()
+    index = space.index_of(frame)
+    raw = raw_values(space, index)
+    return make_features(space.encode(frame), raw, pair_columns=positive_columns(raw)), raw
+
+
+# ----------------------------------------------------------------------------- features
+
+
+def test_pairwise_features_are_log_products_and_ratios() -> None:
+    raw = np.array([[2.0, 8.0, 0.0], [4.0, 4.0, 1.0]])
+    assert positive_columns(raw) == [0, 1]  # a column holding 0 cannot be logged
+    pairs = pairwise_features(raw)
+    np.testing.assert_allclose(pairs, [[4.0, -2.0], [4.0, 0.0]])  # log2(a*b), log2(a/b)
+    assert isinstance(FEATURES_VERSION, int)
+
+
+def test_features_have_encoded_then_pairs() -> None:
+    space = planted_space()
+    X, raw = features_of(space)
+    assert X.dtype == np.float32
+    assert X.shape == (72, 3 + 2)  # a, b, c encoded + log2(a*b), log2(a/b)
+    np.testing.assert_allclose(X[:, 3], np.log2(raw[:, 0] * raw[:, 1]))
+
+
+# ------------------------------------------------------------------------ performance
+
+
+def test_transform_objective_makes_lower_better() -> None:
+    np.testing.assert_allclose(transform_objective(np.array([1.0, math.e]), "minimize"), [0, 1])
+    np.testing.assert_allclose(transform_objective(np.array([1.0, math.e]), "maximize"), [0, -1])
+    np.testing.assert_allclose(transform_objective(np.array([-1.0, 2.0]), "minimize"), [-1, 2])
+    with pytest.raises(ValueError, match="direction"):
+        transform_objective(np.array([1.0]), "up")
+
+
+def test_performance_model_contract_and_fit() -> None:
+    model = PerformanceModel(n_models=4, seed=3)
+    with pytest.raises(NotFittedError):
+        model.predict(np.zeros((1, 2)))
+    rng = np.random.default_rng(0)
+    X = rng.uniform(size=(120, 2))
+    y = 3 * X[:, 0] - 2 * X[:, 1]
+    assert model.fit(X, y) is model
+    mean, std = model.predict(X, return_std=True)
+    assert np.corrcoef(mean, y)[0, 1] > 0.95
+    assert std.shape == (120,) and (std >= 0).all() and std.max() > 0
+    again = PerformanceModel(n_models=4, seed=3).fit(X, y).predict(X)
+    np.testing.assert_array_equal(mean, again)  # deterministic for a seed
+    with pytest.raises(ValueError, match="features"):
+        model.predict(np.zeros((1, 3)))
+
+
+# ------------------------------------------------------------------------ feasibility
+
+
+def test_classifier_learns_a_planted_failure_region() -> None:
+    space = planted_space()
+    X, raw = features_of(space)
+    fails = raw[:, 0] * raw[:, 1] > 64  # the region: a * b > 64
+    rng = np.random.default_rng(1)
+    train = rng.choice(len(X), 60, replace=False)
+    model = FeasibilityModel(seed=0).fit(X[train], ~fails[train])
+    assert model.calibrated_ and model.informative
+    p_ok = model.predict_ok(X)
+    assert p_ok[fails].mean() < 0.3 and p_ok[~fails].mean() > 0.7
+    accuracy = ((p_ok > 0.5) == ~fails).mean()
+    assert accuracy > 0.9
+
+
+def test_classifier_with_one_class_is_a_constant_prior() -> None:
+    with pytest.raises(NotFittedError):
+        FeasibilityModel().predict_ok(np.zeros((1, 2)))
+    model = FeasibilityModel().fit(np.zeros((8, 2)), np.ones(8, dtype=bool))
+    assert not model.informative
+    np.testing.assert_allclose(model.predict_ok(np.ones((3, 2))), 9 / 10)
+    model = FeasibilityModel().fit(np.zeros((3, 2)), np.zeros(3, dtype=bool), ["compile"] * 3)
+    np.testing.assert_allclose(model.predict_ok(np.ones((1, 2))), 1 / 5)
+    assert model.status_counts_["compile"] == 3
+
+
+# ------------------------------------------------------------------------- acquisition
+
+
+def test_expected_improvement_matches_hand_computed_values() -> None:
+    # best 1, mean 0.5, std 0.5: z = 1, EI = 0.5 * Phi(1) + 0.5 * phi(1)
+    phi1 = math.exp(-0.5) / math.sqrt(2 * math.pi)
+    Phi1 = 0.5 * (1 + math.erf(1 / math.sqrt(2)))
+    ei = expected_improvement(np.array([0.5, 2.0, 0.25]), np.array([0.5, 0.0, 0.0]), 1.0)
+    np.testing.assert_allclose(ei, [0.5 * Phi1 + 0.5 * phi1, 0.0, 0.75])
+    assert ei[0] == pytest.approx(0.5416, abs=1e-4)
+    # the margin xi shifts the incumbent
+    assert expected_improvement(np.array([0.25]), np.array([0.0]), 1.0, xi=0.5)[0] == 0.25
+
+
+def test_acquisition_multiplies_p_ok_and_subtracts_the_penalty() -> None:
+    scores = acquisition_scores(
+        np.array([2.0, 1.0, 2.0]), np.array([1.0, 1.0, 0.25]), np.array([0.0, 0.5, 0.0]),
+        weight=0.5,
+    )  # fmt: skip
+    np.testing.assert_allclose(scores, [1.0, 0.25, 0.25])
+
+
+def test_diversity_penalty_decreases_with_distance() -> None:
+    refs = np.zeros((1, 2))
+    cands = np.array([[0.0, 0.0], [0.1, 0.0], [0.3, 0.0], [1.0, 1.0]])
+    d = min_distances(cands, refs)
+    np.testing.assert_allclose(d, [0.0, 0.1, 0.3, math.sqrt(2)], atol=1e-12)
+    p = proximity(d, 0.2)
+    assert p[0] == 1.0 and (np.diff(p) < 0).all()
+    assert proximity(min_distances(cands, np.zeros((0, 2))), 0.2).max() == 0.0
+
+
+def test_gate_blocks_low_p_ok_but_explores_with_epsilon() -> None:
+    p = np.array([0.05, 0.5, 0.9])
+    rng = np.random.default_rng(0)
+    np.testing.assert_array_equal(feasibility_gate(p, 0.1, rng, epsilon=0.0), [0, 1, 1])
+    opened = sum(feasibility_gate(p, 0.1, rng, epsilon=0.3)[0] for _ in range(1000))
+    assert 200 < opened < 400
+
+
+def test_boundary_scores_prefer_uncertain_then_promising() -> None:
+    s = boundary_scores(np.array([0.5, 0.5, 0.95, 0.0]), np.array([1.0, 0.0, 1.0, 1.0]))
+    assert s[0] > s[1] > s[2] > s[3] == 0.0
+
+
+def test_greedy_maximin_spreads_out_and_is_seeded() -> None:
+    grid = np.array([[x / 10, y / 10] for x in range(11) for y in range(11)])
+    picks = greedy_maximin(grid, 4, np.random.default_rng(0), existing=np.array([[0.0, 0.0]]))
+    assert tuple(grid[picks[0]]) == (1.0, 1.0)  # the farthest from the existing point
+    chosen = np.vstack([[0.0, 0.0], grid[picks]])
+    gaps = [np.linalg.norm(a - b) for i, a in enumerate(chosen) for b in chosen[i + 1 :]]
+    assert len(set(picks.tolist())) == 4 and min(gaps) >= 0.5
+    again = greedy_maximin(grid, 4, np.random.default_rng(0), existing=np.array([[0.0, 0.0]]))
+    np.testing.assert_array_equal(picks, again)

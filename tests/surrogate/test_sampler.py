@@ -1,0 +1,138 @@
+"""SurrogateSampler in a plain Optuna study and in surrotune's runner on a replayed cache."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from surrotune.backends.replay import ReplayBackend, load_dataset
+from surrotune.runner import Runner
+from surrotune.sampling import distributions
+from surrotune.space import SearchSpace
+from surrotune.surrogate import SurrogateSampler
+from surrotune.surrogate.sampler import GENERIC_FAILURE, _learned
+from tests.test_runner import write_kt_cache
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def objective(trial: optuna.Trial) -> float:
+    x = trial.suggest_float("x", -5.0, 5.0)
+    lr = trial.suggest_float("lr", 1e-4, 1.0, log=True)
+    n = trial.suggest_int("n", 1, 64, log=True)
+    kind = trial.suggest_categorical("kind", ["a", "b", "c"])
+    step = trial.suggest_float("step", 0.0, 1.0, step=0.25)
+    if kind == "c" and n > 32:
+        raise RuntimeError("planted failure")  # a FAIL trial without a status attribute
+    return (x - 1) ** 2 + (lr - 0.01) ** 2 + abs(n - 8) + (kind == "b") + step
+
+
+def plain_params(seed: int, trials: int = 10) -> list[dict[str, Any]]:
+    study = optuna.create_study(
+        sampler=SurrogateSampler(seed=seed, n_startup_trials=4, pool_size=512)
+    )
+    study.optimize(objective, n_trials=trials, catch=(RuntimeError,))
+    return [t.params for t in study.trials]
+
+
+def test_plain_study_suggestions_lie_inside_the_distributions() -> None:
+    study = optuna.create_study(
+        sampler=SurrogateSampler(seed=1, n_startup_trials=5, pool_size=512)
+    )
+    study.optimize(objective, n_trials=20, catch=(RuntimeError,))
+    for trial in study.trials:
+        for name, value in trial.params.items():
+            dist = trial.distributions[name]
+            assert dist._contains(dist.to_internal_repr(value)), (name, value)
+    assert study.best_value < 12  # it optimises, a little
+
+
+def test_plain_study_is_deterministic_for_a_seed() -> None:
+    first = plain_params(0)
+    assert first == plain_params(0)
+    assert first != plain_params(1)
+
+
+def test_plain_study_maximises() -> None:
+    study = optuna.create_study(
+        direction="maximize", sampler=SurrogateSampler(seed=0, n_startup_trials=5)
+    )
+    study.optimize(lambda t: -((t.suggest_float("x", 0.0, 10.0) - 7) ** 2), n_trials=15)
+    assert abs(study.best_params["x"] - 7) < 1.0
+
+
+def space_study(tmp_path: Path, constraints: list[str]) -> tuple[Runner, SearchSpace]:
+    dataset = load_dataset(write_kt_cache(tmp_path / "tiny.json"))
+    space = SearchSpace(dataset.parameters, constraints)
+    study = optuna.create_study(
+        direction="minimize", sampler=SurrogateSampler(space=space, seed=0, n_startup_trials=4)
+    )
+    backend = ReplayBackend(dataset)
+    return Runner(study=study, space=space, backend=backend, trials=100, batch_size=3), space
+
+
+def test_runner_never_repeats_and_respects_constraints(tmp_path: Path) -> None:
+    runner, space = space_study(tmp_path, ["bx * by <= 256"])
+    summary = runner.run()
+    trials = [t for t in runner.study.get_trials() if t.params]  # the last ask found none
+    keys = [space.key(t.params) for t in trials]
+    assert len(keys) == len(set(keys))  # no configuration twice
+    assert all(t.user_attrs["status"] != "constraint" for t in trials)
+    assert all(t.params["bx"] * t.params["by"] <= 256 for t in trials)
+    assert summary.stop_reason == "exhausted" and len(keys) == len(space)
+    assert summary.best is not None and summary.best.value == pytest.approx(1.0)
+
+
+def test_pending_trials_are_not_proposed_again(tmp_path: Path) -> None:
+    dataset = load_dataset(write_kt_cache(tmp_path / "tiny.json"))
+    space = SearchSpace(dataset.parameters)
+    sampler = SurrogateSampler(space=space, seed=3, n_startup_trials=2)
+    study = optuna.create_study(sampler=sampler)
+    dists = distributions(space)
+    for _ in range(6):  # finished trials, so the models are in use
+        trial = study.ask(dists)
+        result = dataset.lookup(trial.params)
+        assert result is not None
+        if result.ok:
+            study.tell(trial, result.objective)
+        else:
+            trial.set_user_attr("status", result.status.value)
+            study.tell(trial, state=TrialState.FAIL)
+    for _ in range(20):
+        study.ask(dists)  # never told: all pending
+    held = {space.key(t.params) for t in study.get_trials()}
+    free = [c for c in space.enumerate().to_dict("records") if space.key(c) not in held]
+    enqueued = {k: int(v) for k, v in free[0].items()}
+    study.enqueue_trial(enqueued)  # waiting: taken, though not asked yet
+    more = [
+        sampler.sample_relative(
+            study,
+            study._storage.get_trial(study._storage.create_new_trial(study._study_id)),
+            dists,
+        )
+        for _ in range(5)
+    ]
+    keys = [space.key(t.params) for t in study.get_trials() if t.params]
+    assert len(keys) == len(set(keys)) == 26
+    proposed = [space.key(c) for c in more]
+    assert not set(proposed) & (set(keys) | {space.key(enqueued)})
+
+
+def test_which_trials_are_learned() -> None:
+    def frozen(state: TrialState, value: float | None = None, **attrs: Any) -> Any:
+        return optuna.trial.create_trial(
+            params={"x": 1.0}, distributions={"x": optuna.distributions.FloatDistribution(0, 2)},
+            state=state, value=value, user_attrs=attrs,
+        )  # fmt: skip
+
+    assert _learned(frozen(TrialState.COMPLETE, 2.0, status="ok")) == (2.0, "ok")
+    assert _learned(frozen(TrialState.FAIL)) == (None, GENERIC_FAILURE)
+    assert _learned(frozen(TrialState.FAIL, status="resource")) == (None, "resource")
+    assert _learned(frozen(TrialState.FAIL, status="constraint")) is None
+    assert _learned(frozen(TrialState.FAIL, status="resource", interrupted=True)) is None
+    assert _learned(frozen(TrialState.FAIL, status="resource", duplicate_of=0)) is None
+    assert _learned(frozen(TrialState.COMPLETE, 2.0, status="ok", duplicate_of=0)) is None
