@@ -40,7 +40,6 @@ PG_PSYCOPG2 = f"postgresql+psycopg2://postgres@{PG_HOST}:{PG_PORT}/{PG_DB}"
 PG_CLOSED = "postgres@127.0.0.1:1/test"
 
 
-
 def _postgres_unreachable() -> str | None:
     """Why the PostgreSQL server cannot be used, or None when it can."""
     try:
