@@ -21,6 +21,7 @@ import numpy as np
 from surrotune.errors import SurrotuneError
 from surrotune.expressions import Expression, ExpressionError
 from surrotune.result import ParamValue
+from surrotune.template import Template, TemplateError
 
 __all__ = [
     "ArgumentSpec",
@@ -594,9 +595,6 @@ def _dims(
     return tuple(reader.expression(e, f"launch.{key}", names) for e in raw)
 
 
-_PLACEHOLDER = re.compile(r"\$\{([A-Za-z_]\w*)\}")
-
-
 def _check_placeholders(
     reader: _Reader,
     template: Path,
@@ -604,7 +602,10 @@ def _check_placeholders(
     sizes: Mapping[str, Any],
 ) -> None:
     """Every ``${NAME}`` must be a parameter or a size; every parameter must be used."""
-    used = set(_PLACEHOLDER.findall(template.read_text()))
+    try:
+        used = set(Template.from_file(template).placeholders)
+    except TemplateError as exc:
+        raise reader.fail("kernel.template", str(exc)) from None
     unknown = sorted(used - set(parameters) - set(sizes))
     if unknown:
         raise reader.fail(

@@ -20,13 +20,15 @@ from pathlib import Path
 
 import numpy as np
 
+from surrotune.errors import SurrotuneError
+
 __all__ = ["PLACEHOLDER", "Template", "TemplateError"]
 
 #: a placeholder: ``${NAME}`` where NAME is a C/Python identifier
 PLACEHOLDER = re.compile(r"\$\{([A-Za-z_]\w*)\}")
 
 
-class TemplateError(ValueError):
+class TemplateError(SurrotuneError, ValueError):
     """A template that cannot be read, or a rendering that lacks a value for a placeholder."""
 
 
