@@ -21,6 +21,7 @@ import optuna
 import pandas as pd
 from optuna.trial import TrialState
 
+from surrotune.analysis.export import study_results
 from surrotune.backends.base import Backend, DescribesDevice
 from surrotune.backends.replay import Dataset, DatasetError, ReplayBackend, load_dataset
 from surrotune.errors import SurrotuneError
@@ -37,11 +38,19 @@ from surrotune.runner import Runner, RunSummary
 from surrotune.sampling import SpaceLike, make_sampler
 from surrotune.space import RecordedSpace, SearchSpace, SpaceError
 from surrotune.storage import StorageError, describe_storage, open_storage, storage_url
+from surrotune.surrogate.rules import (
+    FailureRule,
+    learn_failure_rules,
+    rules_from_attrs,
+    rules_to_attrs,
+)
 from surrotune.template import Template
 
 __all__ = ["SetupError", "Tuning", "format_study", "format_summary", "load_study", "prepare"]
 
 STUDY_ATTR = "surrotune"
+#: the study user attribute that holds the learned failure rules (docs/trials.md)
+RULES_ATTR = "failure_rules"
 
 
 class SetupError(SurrotuneError, ValueError):
@@ -87,9 +96,20 @@ class Tuning:
             summary = runner.run()
             if summary.new_evaluations and isinstance(self.backend, DescribesDevice):
                 self.study.set_user_attr("device", self.backend.device())
+            if summary.new_evaluations:
+                self.study.set_user_attr(RULES_ATTR, rules_to_attrs(self.failure_rules()))
             return summary
         finally:
             self.backend.close()
+
+    def failure_rules(self) -> list[FailureRule]:
+        """The failure regions the study's measurements imply, as readable rules."""
+        results = study_results(self.study)
+        if not any(r.status.is_failure for r in results):
+            return []
+        frame = pd.DataFrame([dict(r.config) for r in results], columns=list(self.space.names))
+        statuses = [r.status.value for r in results]
+        return learn_failure_rules(frame, list(self.space.names), statuses)
 
 
 def _progress_bar(total: int, initial: int) -> Any:
@@ -338,6 +358,10 @@ def format_summary(tuning: Tuning, summary: RunSummary) -> str:
                 f"  the recording's optimum is {optimum:.6g}: "
                 f"this run reached {100 * ratio:.1f} % of it"
             )
+    rules = rules_from_attrs(tuning.study.user_attrs.get(RULES_ATTR) or [])
+    if rules:
+        lines.append("Failure rules learned from the trials (support/matched):")
+        lines.extend(f"  {rule}" for rule in rules[:5])
     if summary.simulated_time_ms is not None:
         lines.append(
             f"Simulated tuning time (recorded compile + benchmark): "
