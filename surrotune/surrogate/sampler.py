@@ -81,6 +81,7 @@ class _Observed:
     pending: list[np.ndarray] = field(default_factory=list)  # encoded rows
     taken: set[Any] = field(default_factory=set)  # keys (ranks or tuples)
     failed_keys: list[Any] = field(default_factory=list)
+    keys: list[Any] = field(default_factory=list)  # aligned with values
 
     @property
     def n(self) -> int:
@@ -116,6 +117,8 @@ class SurrogateSampler(BaseSampler):
         diversity_weight: penalty weight for proximity to evaluated configurations (off by
             default, measured like ``boundary_share``; pending ones are always penalised).
         pending_weight: penalty weight for proximity to pending (RUNNING/WAITING) ones.
+        local_share: the share of proposals restricted to configurations one parameter away
+            from the ``local_elites`` best measured ones.
         use_classifier: False switches the failure classifier off (P(ok) = 1, no gate): the
             ablation that shows what learning from failures is worth.
         length_scale: distance (in the [0, 1] encoding) at which the penalty falls to 1/e.
@@ -146,6 +149,8 @@ class SurrogateSampler(BaseSampler):
         pool_size: int = 2048,
         n_jobs: int = 1,
         use_classifier: bool = True,
+        local_share: float = 0.0,
+        local_elites: int = 3,
     ) -> None:
         self._space = space
         self._is_feasible = is_feasible
@@ -165,6 +170,8 @@ class SurrogateSampler(BaseSampler):
         self.diversity_weight = diversity_weight
         self.pending_weight = pending_weight
         self.use_classifier = use_classifier
+        self.local_share = local_share
+        self.local_elites = local_elites
         self.length_scale = length_scale
         self.max_candidates = max_candidates
         self.pool_size = pool_size
@@ -245,6 +252,11 @@ class SurrogateSampler(BaseSampler):
             and rng.random() < self.boundary_share
         ):
             boundary = table.boundary_mask(obs.failed_keys)[rows]
+        if self.local_share > 0 and rng.random() < self.local_share:
+            local = self._local_mask(table, obs, rows, fit.direction)
+            if local.any():
+                rows = rows[local]
+                pending = pending[local]
         choice = self._choose(
             fit,
             obs,
@@ -257,6 +269,22 @@ class SurrogateSampler(BaseSampler):
             rng,
         )
         return table.config(int(rows[choice]))
+
+    def _local_mask(
+        self, table: _Table, obs: _Observed, rows: np.ndarray, direction: str
+    ) -> np.ndarray:
+        """Candidates that differ from one of the best measured configurations in exactly one
+        parameter: a model smooth enough to generalise misses an optimum that stands alone
+        (every neighbour much slower), so a share of proposals walks the elites' coordinates."""
+        ok = [(v, k) for v, k in zip(obs.values, obs.keys, strict=True) if v is not None]
+        if not ok or not isinstance(ok[0][1], (int, np.integer)):
+            return np.zeros(len(rows), dtype=bool)
+        ok.sort(key=lambda vk: -vk[0] if direction == "maximize" else vk[0])
+        elites = np.array([k for _, k in ok[: self.local_elites]], dtype=np.int64)
+        elite_index = (elites[:, None] // table.strides[None, :]) % table.lengths[None, :]
+        candidates = table.index[rows]
+        differing = (candidates[:, None, :] != elite_index[None, :, :]).sum(axis=2)
+        return (differing == 1).any(axis=1)
 
     def _table_for(self, space: SearchSpace) -> _Table:
         if self._table is None or self._table.space is not space:
@@ -292,6 +320,7 @@ class SurrogateSampler(BaseSampler):
             obs.values.append(value)
             obs.statuses.append(status)
             obs.numbers.append(t.number)
+            obs.keys.append(key)
             if value is None:
                 obs.failed_keys.append(key)
         return obs

@@ -136,3 +136,30 @@ def test_which_trials_are_learned() -> None:
     assert _learned(frozen(TrialState.FAIL, status="resource", interrupted=True)) is None
     assert _learned(frozen(TrialState.FAIL, status="resource", duplicate_of=0)) is None
     assert _learned(frozen(TrialState.COMPLETE, 2.0, status="ok", duplicate_of=0)) is None
+
+
+def test_local_share_walks_the_coordinates_of_the_best(tmp_path: Path) -> None:
+    """With local_share=1 every model-based proposal differs from one of the best measured
+    configurations in exactly one parameter (while such candidates remain)."""
+    dataset = load_dataset(write_kt_cache(tmp_path / "tiny.json"))
+    space = SearchSpace(dataset.parameters, [])
+    sampler = SurrogateSampler(
+        space=space, seed=1, n_startup_trials=4, local_share=1.0, local_elites=1
+    )
+    study = optuna.create_study(direction="minimize", sampler=sampler)
+    runner = Runner(
+        study=study, space=space, backend=ReplayBackend(dataset), trials=12, batch_size=1
+    )
+    runner.run()
+    trials = [t for t in study.get_trials() if t.params]
+    for i in range(4, len(trials)):
+        done = [t for t in trials[:i] if t.value is not None]
+        best = min(done, key=lambda t: t.value).params
+        untried = [
+            c for c in space.enumerate().to_dict("records")
+            if sum(c[n] != best[n] for n in space.names) == 1
+            and space.key(c) not in {space.key(t.params) for t in trials[:i]}
+        ]  # fmt: skip
+        if untried:
+            differing = sum(trials[i].params[n] != best[n] for n in space.names)
+            assert differing == 1, (i, trials[i].params, best)
