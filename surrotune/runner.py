@@ -29,7 +29,7 @@ from surrotune.result import ParamValue, Result, Status
 from surrotune.sampling import SpaceLike, distributions
 from surrotune.space import SpaceError
 
-__all__ = ["RUNNER_ATTRS", "RunError", "RunSummary", "Runner", "StudyState", "read_study"]
+__all__ = ["RUNNER_ATTRS", "RunSummary", "Runner", "StudyState", "is_measurement", "read_study"]
 
 #: user attributes the runner adds beside the Result's (documented in docs/trials.md)
 RUNNER_ATTRS: dict[str, str] = {
@@ -40,10 +40,6 @@ RUNNER_ATTRS: dict[str, str] = {
 #: consecutive proposals without a new evaluation before the runner gives up on the sampler
 #: (counted in proposals, not batches, so that the limit does not move with --batch-size)
 MAX_IDLE_PROPOSALS = 1000
-
-
-class RunError(RuntimeError):
-    """A run that cannot go on (e.g. the stored study was made for another search space)."""
 
 
 @dataclass
@@ -63,6 +59,20 @@ class StudyState:
 def _status(trial: FrozenTrial) -> Status | None:
     raw = trial.user_attrs.get("status")
     return Status(raw) if raw is not None else None
+
+
+def is_measurement(trial: FrozenTrial) -> bool:
+    """Whether a stored trial is one evaluation of a configuration: finished, with a status
+    other than ``constraint``, neither a ``duplicate_of`` another trial nor ``interrupted``."""
+    attrs = trial.user_attrs
+    status = attrs.get("status")
+    return (
+        trial.state.is_finished()
+        and status is not None
+        and status != Status.CONSTRAINT.value
+        and "duplicate_of" not in attrs
+        and not attrs.get("interrupted")
+    )
 
 
 def read_study(study: Study, space: SpaceLike) -> StudyState:

@@ -28,6 +28,7 @@ __all__ = [
     "FeasibleBruteForceSampler",
     "SpaceLike",
     "distributions",
+    "held_params",
     "make_sampler",
 ]
 
@@ -99,7 +100,7 @@ class FeasibleBruteForceSampler(BaseSampler):
             cache_key = (study.study_name, other.number)
             key = self._trial_keys.get(cache_key)
             if key is None:
-                params = _held_params(other)
+                params = held_params(other)
                 if set(params) != names:
                     continue
                 key = self._space.key(params)
@@ -137,7 +138,7 @@ class FeasibleBruteForceSampler(BaseSampler):
         return None
 
 
-def _held_params(trial: FrozenTrial) -> dict[str, Any]:
+def held_params(trial: FrozenTrial) -> dict[str, Any]:
     """The configuration a trial holds; a WAITING (enqueued) trial keeps it in the system
     attribute ``fixed_params`` until it is asked (Optuna's ``enqueue_trial`` contract)."""
     if trial.state == TrialState.WAITING:

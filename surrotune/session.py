@@ -21,7 +21,7 @@ import optuna
 import pandas as pd
 from optuna.trial import TrialState
 
-from surrotune.analysis.export import study_results
+from surrotune.analysis.export import STUDY_ATTR, study_results
 from surrotune.backends.base import Backend, DescribesDevice
 from surrotune.backends.replay import Dataset, DatasetError, ReplayBackend, load_dataset
 from surrotune.errors import SurrotuneError
@@ -48,7 +48,6 @@ from surrotune.template import Template
 
 __all__ = ["SetupError", "Tuning", "format_study", "format_summary", "load_study", "prepare"]
 
-STUDY_ATTR = "surrotune"
 #: the study user attribute that holds the learned failure rules (docs/trials.md)
 RULES_ATTR = "failure_rules"
 

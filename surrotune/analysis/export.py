@@ -14,10 +14,12 @@ import optuna
 
 from surrotune.backends.replay import save_recording
 from surrotune.errors import SurrotuneError
-from surrotune.result import Result, Status
+from surrotune.result import Result
+from surrotune.runner import is_measurement
 
-__all__ = ["ExportError", "export_recording", "study_results"]
+__all__ = ["STUDY_ATTR", "ExportError", "export_recording", "study_results"]
 
+#: the study user attribute in which `surrotune run` records what the study is
 STUDY_ATTR = "surrotune"
 
 
@@ -34,11 +36,9 @@ def study_results(study: optuna.Study) -> list[Result]:
     results = []
     seen: set[str] = set()
     for trial in study.get_trials(deepcopy=False):
+        if not is_measurement(trial):
+            continue
         attrs = trial.user_attrs
-        if "status" not in attrs or "duplicate_of" in attrs or attrs.get("interrupted"):
-            continue
-        if not trial.state.is_finished() or attrs["status"] == Status.CONSTRAINT.value:
-            continue
         key = attrs.get("config_key") or repr(sorted(trial.params.items()))
         if key in seen:
             continue

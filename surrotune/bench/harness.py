@@ -48,7 +48,7 @@ from optuna.trial import FrozenTrial
 from surrotune.backends.replay import Dataset, ReplayBackend, load_dataset, load_restrictions
 from surrotune.bench import metrics
 from surrotune.errors import SurrotuneError
-from surrotune.runner import Runner
+from surrotune.runner import Runner, is_measurement
 from surrotune.sampling import SpaceLike, make_sampler
 from surrotune.space import RecordedSpace, SearchSpace
 
@@ -319,12 +319,9 @@ def evaluation_sequence(trials: Sequence[FrozenTrial]) -> tuple[list[float | Non
     values: list[float | None] = []
     statuses: list[str] = []
     for trial in sorted(trials, key=lambda t: t.number):
-        attrs = trial.user_attrs
-        status = attrs.get("status")
-        if not trial.state.is_finished() or status is None or status == "constraint":
+        if not is_measurement(trial):
             continue
-        if "duplicate_of" in attrs or attrs.get("interrupted"):
-            continue
+        status = trial.user_attrs["status"]
         values.append(trial.value if status == "ok" else None)
         statuses.append(str(status))
     return values, statuses

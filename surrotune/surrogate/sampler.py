@@ -42,6 +42,7 @@ from optuna.study import Study, StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from surrotune.result import Status
+from surrotune.sampling import held_params
 from surrotune.space import SearchSpace, SpaceError, SpaceTooLarge
 from surrotune.surrogate.acquisition import (
     acquisition_scores,
@@ -330,7 +331,7 @@ class SurrogateSampler(BaseSampler):
         names = table.space.names
         full = []
         for t in trials:
-            params = _held_params(t)
+            params = held_params(t)
             if set(names) <= set(params):
                 full.append((t.number, {n: params[n] for n in names}))
         if not full:
@@ -379,7 +380,7 @@ class SurrogateSampler(BaseSampler):
         for t in study.get_trials(deepcopy=False):
             if t.number == trial.number:
                 continue
-            params = _held_params(t)
+            params = held_params(t)
             if not all(n in params for n in encoder.names):
                 continue
             if t.state != TrialState.WAITING and any(
@@ -647,13 +648,6 @@ def _learned(trial: FrozenTrial) -> tuple[float | None, str] | None:
             return None
         return None, status
     return None
-
-
-def _held_params(trial: FrozenTrial) -> dict[str, Any]:
-    """A trial's configuration; a WAITING (enqueued) one keeps it in ``fixed_params``."""
-    if trial.state == TrialState.WAITING:
-        return dict(trial.system_attrs.get("fixed_params") or {})
-    return dict(trial.params)
 
 
 def _intersection(trials: Sequence[FrozenTrial]) -> dict[str, BaseDistribution]:
