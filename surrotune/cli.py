@@ -7,6 +7,7 @@ was interrupted (its finished trials are stored; the same command resumes it).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import warnings
 from collections.abc import Sequence
@@ -14,9 +15,12 @@ from pathlib import Path
 
 import optuna
 
-from surrotune import bench, session
+from surrotune import bench, session, workers
+from surrotune.backends.sanitize import MODES
 from surrotune.errors import SurrotuneError
-from surrotune.experiment import SAMPLERS, parse_duration
+from surrotune.experiment import SAMPLERS, load_experiment, parse_duration
+from surrotune.finish import FinishSettings
+from surrotune.storage import storage_url
 
 __all__ = ["main"]
 
@@ -47,6 +51,43 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--dataset", type=Path, help="recording to replay (.json/.json.gz)")
     run.add_argument("--batch-size", type=int, help="configurations evaluated together")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_worker_arguments(run)
+    run.add_argument(
+        "--sanitize", choices=MODES, default="best",
+        help="compute-sanitizer memcheck and racecheck before reporting: on the best "
+        "configuration (and the next while one is found wrong), on every ok one, or none "
+        "(default: best; cuda backend only)",
+    )  # fmt: skip
+    run.add_argument(
+        "--remeasure", type=int, default=5, metavar="K",
+        help="measure the top K configurations again, interleaved, and say whether the winner "
+        "held (default: 5; 0: off)",
+    )  # fmt: skip
+    run.add_argument(
+        "--remeasure-rounds", type=int, default=10, metavar="R",
+        help="interleaved rounds of the re-measurement (default: 10)",
+    )  # fmt: skip
+
+    worker = commands.add_parser(
+        "worker", help="join a study that surrotune run started (another GPU or host)"
+    )
+    worker.add_argument("experiment", nargs="?", type=Path, help="experiment file (.toml)")
+    worker.add_argument(
+        "--storage", help="the study's storage: postgresql://, redis:// or a journal file (.log)"
+    )
+    worker.add_argument("--study", help="study name (default: the experiment's)")
+    worker.add_argument("--dataset", type=Path, help="recording to replay (.json/.json.gz)")
+    worker.add_argument("--backend", choices=("cuda", "replay"), help="evaluation backend")
+    worker.add_argument("--sampler", choices=SAMPLERS, help="search strategy of this worker")
+    worker.add_argument("--seed", type=int, help="sampler seed (default: none, fresh each time)")
+    worker.add_argument("--batch-size", type=int, help="configurations evaluated together")
+    worker.add_argument("--timeout", type=_duration, help="wall-clock limit of this worker")
+    worker.add_argument("--no-progress", action="store_true", help="no progress bar")
+    worker.add_argument(
+        "--device-label", default="",
+        help="this worker's device in the study's records (default: CUDA_VISIBLE_DEVICES)",
+    )  # fmt: skip
+    _add_worker_arguments(worker)
 
     show = commands.add_parser("show", help="print the best configurations of a stored study")
     show.add_argument("storage", help="Optuna storage URL or path")
@@ -69,6 +110,18 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_worker_arguments(parser: argparse.ArgumentParser) -> None:
+    several = parser.add_mutually_exclusive_group()
+    several.add_argument(
+        "--gpus", metavar="all|0,1,...",
+        help="one worker process per GPU, all on one study (cuda backend)",
+    )  # fmt: skip
+    several.add_argument(
+        "--workers", type=int, metavar="N",
+        help="N worker processes on one study (replay backend: what --gpus does, without GPUs)",
+    )  # fmt: skip
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -76,6 +129,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "run":
             return _run(args)
+        if args.command == "worker":
+            return _worker(args)
         if args.command == "export":
             return _export(args)
         if args.command == "bench":
@@ -105,11 +160,115 @@ def _run(args: argparse.Namespace) -> int:
         "study": args.study,
     }
     overrides = {k: v for k, v in overrides.items() if v is not None}
+    if args.remeasure == 1 or args.remeasure < 0 or args.remeasure_rounds < 1:
+        raise session.SetupError(
+            "--remeasure must be 0 (off) or at least 2, and --remeasure-rounds at least 1; got "
+            f"{args.remeasure} and {args.remeasure_rounds}"
+        )
+    finish = FinishSettings(
+        sanitize=args.sanitize,
+        remeasure_top=args.remeasure,
+        remeasure_rounds=args.remeasure_rounds,
+    )
+    devices = _devices(args)
+    if devices is not None:
+        overrides["url"] = _shared_storage(args, len(devices))
     tuning = session.prepare(args.experiment, overrides)
+    tuning.finish = finish
+    if devices is not None:
+        _check_backend(args, tuning.experiment.evaluation.backend)
+        print(tuning.describe())
+        return workers.launch(tuning, devices, progress=not args.no_progress)
     print(tuning.describe())
     summary = tuning.run(progress=not args.no_progress)
     print(session.format_summary(tuning, summary))
     return 130 if summary.interrupted else 0
+
+
+def _devices(args: argparse.Namespace) -> list[str | None] | None:
+    """One entry per worker process (a CUDA_VISIBLE_DEVICES value, None for replay), or None
+    for one worker in this process."""
+    if args.gpus is not None:
+        return list(workers.gpu_devices(args.gpus))
+    if args.workers is not None:
+        if args.workers < 1:
+            raise session.SetupError(f"--workers must be at least 1, got {args.workers}")
+        return [None] * args.workers
+    return None
+
+
+def _check_backend(args: argparse.Namespace, backend: str) -> None:
+    if args.gpus is not None and backend != "cuda":
+        raise session.SetupError(
+            f"--gpus runs the cuda backend, this run the {backend} backend; --workers N runs "
+            "N replay workers"
+        )
+    if args.workers is not None and backend != "replay":
+        raise session.SetupError(
+            "--workers N runs replay workers; on GPUs, --gpus all or --gpus 0,1 runs one "
+            "worker per GPU"
+        )
+
+
+def _shared_storage(args: argparse.Namespace, count: int) -> str:
+    """The storage ``count`` workers share: what was asked for, except that the default SQLite
+    file becomes a journal file beside it (workers.shared_storage_url says why)."""
+    if args.storage is not None:
+        return workers.shared_storage_url(storage_url(args.storage), "", count)
+    if args.experiment is None:
+        default = f"sqlite:///{Path.cwd() / 'surrotune.db'}"
+        return workers.shared_storage_url(default, default, count)
+    experiment = load_experiment(args.experiment)
+    default = f"sqlite:///{experiment.path.with_suffix('.db')}"
+    return workers.shared_storage_url(storage_url(experiment.storage.url), default, count)
+
+
+def _worker(args: argparse.Namespace) -> int:
+    """``surrotune worker``: join a running (or finished) study until its budget is spent."""
+    if args.experiment is None and args.dataset is None:
+        raise session.SetupError(
+            "give the study's experiment file, or --dataset FILE for a replayed recording"
+        )
+    overrides = {
+        "timeout_s": args.timeout,
+        "sampler": args.sampler,
+        "seed": args.seed,
+        "batch_size": args.batch_size,
+        "backend": args.backend,
+        "dataset": args.dataset.resolve() if args.dataset else None,
+        "url": args.storage,
+        "study": args.study,
+    }
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    # no --seed: a fresh one, not the file's, which every worker on every host would share
+    overrides["seed"] = args.seed
+    devices = _devices(args)
+    url = args.storage
+    if url is None:
+        url = (
+            load_experiment(args.experiment).storage.url
+            if args.experiment is not None
+            else f"sqlite:///{Path.cwd() / 'surrotune.db'}"
+        )
+    # a study that several processes share is never SQLite (refused before a file is made)
+    workers.shared_storage_url(storage_url(url), "", 2)
+    tuning = session.prepare(args.experiment, overrides, join=True)
+    # the study's own run sanitizes and re-measures its winners, once, not every worker
+    tuning.finish = FinishSettings(sanitize="none", remeasure_top=0)
+    if devices is not None:
+        _check_backend(args, tuning.experiment.evaluation.backend)
+        print(tuning.describe())
+        return workers.launch(tuning, devices, progress=not args.no_progress)
+    tuning.worker_label = args.device_label or _visible_label()
+    print(tuning.describe())
+    summary = tuning.run(progress=not args.no_progress)
+    print(session.format_summary(tuning, summary))
+    return 130 if summary.interrupted else 0
+
+
+def _visible_label() -> str:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return f"GPU {visible}" if visible else ""
 
 
 def _export(args: argparse.Namespace) -> int:

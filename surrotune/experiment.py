@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from surrotune.backends.measure import L2_FLUSH_MODES
 from surrotune.errors import SurrotuneError
 from surrotune.expressions import Expression, ExpressionError
 from surrotune.result import ParamValue
@@ -38,7 +39,7 @@ __all__ = [
     "parse_duration",
 ]
 
-SAMPLERS = ("random", "tpe", "gp", "brute-force", "surrogate")
+SAMPLERS = ("random", "tpe", "tpe-multivariate", "gp", "brute-force", "surrogate")
 BACKENDS = ("cuda", "replay")
 FILLS = ("random", "randint", "ones", "zeros", "output")
 METRICS = {"time": "minimize", "GFLOP/s": "maximize", "GB/s": "maximize"}
@@ -61,7 +62,7 @@ class KernelSpec:
 
     template: Path
     name: str
-    compiler: str = "nvcc"
+    compiler: str = "auto"  # nvrtc where libnvrtc is found, else nvcc (backends.compile)
     options: tuple[str, ...] = ()
     arch: str | None = None  # None: the device's own (sm_XY)
 
@@ -141,19 +142,30 @@ class SearchSettings:
 
 @dataclass(frozen=True)
 class EvaluationSettings:
+    """How configurations are evaluated; see :class:`surrotune.backends.measure.MeasurePolicy`
+    for how ``warmup`` to ``max_measure_s`` decide the number of timed launches."""
+
     backend: str = "cuda"
     dataset: Path | None = None
     warmup: int = 3
-    repeats: int = 10
+    repeats: int = 10  # timed launches: the minimum, or exactly this many with max_repeats None
     kernel_timeout_s: float = 10.0
     compile_workers: int | None = None
     seed: int = 0  # seed of the random inputs
+    max_repeats: int | None = 200  # None: exactly ``repeats`` (the file said ``repeats = N``)
+    target_precision: float = 0.01  # half-width of the median's 95 % interval, relative
+    max_measure_s: float = 1.0  # wall-time cap on the timed rounds of one configuration
+    l2_flush: str = "auto"  # auto, always or never (backends.measure.choose_l2_flush)
 
 
 @dataclass(frozen=True)
 class StorageSettings:
     url: str
     study: str
+    # workers sharing the study (docs/distributed.md): how often each writes its heartbeat, and
+    # how long a silent one is presumed alive before its trials are failed and retried
+    heartbeat_interval_s: float = 10.0
+    grace_period_s: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -406,6 +418,51 @@ def _parse_arguments(
     return tuple(out)
 
 
+def _parse_repeats(reader: _Reader, table: Mapping[str, Any]) -> tuple[int, int | None]:
+    """``repeats = N`` (exactly N timed launches, as before adaptive timing) or
+    ``min_repeats``/``max_repeats`` (time until the median is known to ``target_precision``).
+
+    Returns the minimum and the maximum; a maximum of None means "exactly the minimum".
+    """
+    if "repeats" in table:
+        for key in ("min_repeats", "max_repeats"):
+            if key in table:
+                raise reader.fail(
+                    f"evaluation.{key}",
+                    "give either repeats (exactly that many timed launches) or "
+                    "min_repeats/max_repeats (timed until the median is known to "
+                    "target_precision), not both",
+                )
+        return reader.integer(table, "repeats", "evaluation", 10, minimum=1), None
+    minimum = reader.integer(table, "min_repeats", "evaluation", 10, minimum=1)
+    maximum = reader.integer(table, "max_repeats", "evaluation", max(200, minimum), minimum=1)
+    if maximum < minimum:
+        raise reader.fail(
+            "evaluation.max_repeats",
+            f"expected an integer >= min_repeats ({minimum}), got {maximum}",
+        )
+    return minimum, maximum
+
+
+def _parse_precision(reader: _Reader, table: Mapping[str, Any]) -> float:
+    value = table.get("target_precision", 0.01)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
+        raise reader.fail(
+            "evaluation.target_precision",
+            f"expected a number between 0 and 1 (0.01: the median known to ±1 %), got {value!r}",
+        )
+    return float(value)
+
+
+def _parse_duration_key(
+    reader: _Reader, table: Mapping[str, Any], key: str, default: float
+) -> float:
+    try:
+        return parse_duration(table.get(key, default))
+    except ValueError as exc:
+        raise reader.fail(f"evaluation.{key}", str(exc)) from None
+
+
 def load_experiment(path: str | Path) -> Experiment:
     """Read and validate an experiment file. Raises :class:`ExperimentError`."""
     path = Path(path).resolve()
@@ -422,7 +479,8 @@ def load_experiment(path: str | Path) -> Experiment:
     # -- evaluation first: the backend decides which sections are required
     evaluation_t = reader.table(
         data, "evaluation",
-        ("backend", "dataset", "warmup", "repeats", "kernel_timeout", "compile_workers", "seed"),
+        ("backend", "dataset", "warmup", "repeats", "kernel_timeout", "compile_workers", "seed",
+         "min_repeats", "max_repeats", "target_precision", "max_measure_time", "l2_flush"),
     )  # fmt: skip
     backend = reader.choice(evaluation_t, "backend", "evaluation", BACKENDS, "cuda")
     dataset = None
@@ -435,14 +493,19 @@ def load_experiment(path: str | Path) -> Experiment:
         kernel_timeout_s = parse_duration(kernel_timeout)
     except ValueError as exc:
         raise reader.fail("evaluation.kernel_timeout", str(exc)) from None
+    repeats, max_repeats = _parse_repeats(reader, evaluation_t)
     evaluation = EvaluationSettings(
         backend=backend,
         dataset=dataset,
         warmup=reader.integer(evaluation_t, "warmup", "evaluation", 3),
-        repeats=reader.integer(evaluation_t, "repeats", "evaluation", 10, minimum=1),
+        repeats=repeats,
         kernel_timeout_s=kernel_timeout_s,
         compile_workers=reader.integer(evaluation_t, "compile_workers", "evaluation", None, 1),
         seed=reader.integer(evaluation_t, "seed", "evaluation", 0),
+        max_repeats=max_repeats,
+        target_precision=_parse_precision(reader, evaluation_t),
+        max_measure_s=_parse_duration_key(reader, evaluation_t, "max_measure_time", 1.0),
+        l2_flush=reader.choice(evaluation_t, "l2_flush", "evaluation", L2_FLUSH_MODES, "auto"),
     )
     live = backend == "cuda"
 
@@ -501,7 +564,9 @@ def load_experiment(path: str | Path) -> Experiment:
         kernel = KernelSpec(
             template=template,
             name=reader.string(kernel_t, "name", "kernel"),
-            compiler=reader.choice(kernel_t, "compiler", "kernel", ("nvcc",), "nvcc"),
+            compiler=reader.choice(
+                kernel_t, "compiler", "kernel", ("auto", "nvrtc", "nvcc"), "auto"
+            ),
             options=tuple(options),
             arch=reader.string(kernel_t, "arch", "kernel", None),
         )
@@ -560,13 +625,30 @@ def load_experiment(path: str | Path) -> Experiment:
     )
 
     # -- storage
-    storage_t = reader.table(data, "storage", ("url", "study"))
+    storage_t = reader.table(
+        data, "storage", ("url", "study", "heartbeat_interval", "grace_period")
+    )
     default_url = f"sqlite:///{path.with_suffix('.db')}"
     url = reader.string(storage_t, "url", "storage", default_url)
     if "://" not in url:  # a bare path: relative to the experiment file
         url = str((path.parent / url).resolve())
+    beats = {}
+    for key, default in (("heartbeat_interval", 10.0), ("grace_period", 60.0)):
+        try:
+            beats[key] = parse_duration(storage_t.get(key, default))
+        except ValueError as exc:
+            raise reader.fail(f"storage.{key}", str(exc)) from None
+    if beats["grace_period"] <= beats["heartbeat_interval"]:
+        raise reader.fail(
+            "storage.grace_period",
+            f"expected longer than heartbeat_interval ({beats['heartbeat_interval']} s), "
+            f"got {beats['grace_period']} s",
+        )
     storage = StorageSettings(
-        url=url, study=reader.string(storage_t, "study", "storage", path.stem)
+        url=url,
+        study=reader.string(storage_t, "study", "storage", path.stem),
+        heartbeat_interval_s=beats["heartbeat_interval"],
+        grace_period_s=beats["grace_period"],
     )
 
     return Experiment(

@@ -54,6 +54,17 @@ USER_ATTRS: dict[str, str] = {
     "shared_bytes": "shared memory per block, static plus dynamic, bytes",
     "local_bytes": "local memory per thread (stack frame and spills), bytes",
     "threads_per_block": "threads per block of the launch",
+    "occupancy": "theoretical occupancy: active warps per SM over the SM's maximum, 0 to 1",
+    "active_blocks_per_sm": "blocks of this launch that fit on one SM at once (0: cannot run)",
+    "occupancy_limiter": "what limits active_blocks_per_sm: warps, registers, shared, blocks or "
+    "barriers (several joined with +)",
+    "timing_precision": "relative half-width of the 95 % interval of the median time",
+    "timing_stop": "why timing stopped: repeats, precision, max_repeats or max_measure_time",
+    "l2_flush": "whether the L2 cache was flushed before each timed launch",
+    "sm_clock_mhz": "SM clock while timing, MHz (NVML or nvidia-smi)",
+    "memory_clock_mhz": "memory clock while timing, MHz",
+    "gpu_temperature_c": "GPU temperature while timing, degrees Celsius",
+    "gpu_power_w": "board power draw while timing, W",
     "error": "the compiler's, driver's or verifier's message; empty when ok",
     "verification_error": "relative L2 error of the outputs against the reference",
     "counters": "hardware counters by metric name, when profiled",
@@ -88,6 +99,16 @@ class Result:
     error: str = ""
     verification_error: float | None = None
     counters: Mapping[str, float] = field(default_factory=dict)
+    occupancy: float | None = None
+    active_blocks_per_sm: int | None = None
+    occupancy_limiter: str = ""
+    timing_precision: float | None = None
+    timing_stop: str = ""
+    l2_flush: bool | None = None
+    sm_clock_mhz: float | None = None
+    memory_clock_mhz: float | None = None
+    gpu_temperature_c: float | None = None
+    gpu_power_w: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.status, Status):
@@ -130,6 +151,16 @@ class Result:
             "verification_error": _finite_or_none(self.verification_error),
             "counters": dict(self.counters),
             "config_key": self.config_key(order),
+            "occupancy": self.occupancy,
+            "active_blocks_per_sm": self.active_blocks_per_sm,
+            "occupancy_limiter": self.occupancy_limiter,
+            "timing_precision": _finite_or_none(self.timing_precision),
+            "timing_stop": self.timing_stop,
+            "l2_flush": self.l2_flush,
+            "sm_clock_mhz": self.sm_clock_mhz,
+            "memory_clock_mhz": self.memory_clock_mhz,
+            "gpu_temperature_c": self.gpu_temperature_c,
+            "gpu_power_w": self.gpu_power_w,
         }
 
     @classmethod
@@ -154,6 +185,16 @@ class Result:
             error=attrs.get("error", ""),
             verification_error=attrs.get("verification_error"),
             counters=dict(attrs.get("counters") or {}),
+            occupancy=attrs.get("occupancy"),
+            active_blocks_per_sm=attrs.get("active_blocks_per_sm"),
+            occupancy_limiter=attrs.get("occupancy_limiter", ""),
+            timing_precision=attrs.get("timing_precision"),
+            timing_stop=attrs.get("timing_stop", ""),
+            l2_flush=attrs.get("l2_flush"),
+            sm_clock_mhz=attrs.get("sm_clock_mhz"),
+            memory_clock_mhz=attrs.get("memory_clock_mhz"),
+            gpu_temperature_c=attrs.get("gpu_temperature_c"),
+            gpu_power_w=attrs.get("gpu_power_w"),
         )
 
     def to_record(self) -> dict[str, Any]:

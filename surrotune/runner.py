@@ -7,6 +7,12 @@ the backend, and a configuration measured before is answered from the study (mar
 ``duplicate_of``); neither counts as an evaluation. The first Ctrl-C stops after the batch in
 flight is recorded; a second one stops at once, and the trials it cut short are recorded as
 ``interrupted`` and measured again on resume.
+
+With a backend that :class:`~surrotune.backends.base.Prepares` (the cuda backend compiles), the
+runner asks batch k+1 and has it prepared before evaluating batch k, so the CPU cores compile
+while the GPU measures; the sampler sees batch k as RUNNING (pending) trials. The look-ahead never
+asks more than the budget leaves once batch k is counted, and a run that stops between the two
+records the prepared batch as ``interrupted``, to be measured on resume like any cut-short trial.
 """
 
 from __future__ import annotations
@@ -18,23 +24,35 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import FrameType
-from typing import Any
+from typing import Any, Protocol
 
 import optuna
 from optuna.study import Study
 from optuna.trial import FrozenTrial, Trial, TrialState
 
-from surrotune.backends.base import Backend
+from surrotune.backends.base import Backend, Prepares
 from surrotune.result import ParamValue, Result, Status
 from surrotune.sampling import SpaceLike, distributions
 from surrotune.space import SpaceError
+from surrotune.verdicts import demoted_trials
 
-__all__ = ["RUNNER_ATTRS", "RunSummary", "Runner", "StudyState", "is_measurement", "read_study"]
+__all__ = [
+    "RUNNER_ATTRS",
+    "Claim",
+    "Claims",
+    "RunSummary",
+    "Runner",
+    "StudyState",
+    "is_measurement",
+    "read_study",
+]
 
 #: user attributes the runner adds beside the Result's (documented in docs/trials.md)
 RUNNER_ATTRS: dict[str, str] = {
     "duplicate_of": "number of the trial that measured this configuration first; not counted",
     "interrupted": "true on a trial cut short by Ctrl-C; not counted, measured again on resume",
+    "stale_worker": "the worker that stopped sending heartbeats while it held this (interrupted) "
+    "trial: host, pid and device; its configuration is enqueued once more",
 }
 
 #: consecutive proposals without a new evaluation before the runner gives up on the sampler
@@ -81,6 +99,7 @@ def read_study(study: Study, space: SpaceLike) -> StudyState:
     waiting: set[str] = set()
     interrupted: dict[str, dict[str, ParamValue]] = {}
     maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
+    demoted = demoted_trials(study)  # COMPLETE trials a sanitizer finding made not ok
     for trial in study.get_trials(deepcopy=False):
         if set(trial.params) != set(space.names):
             continue
@@ -91,7 +110,7 @@ def read_study(study: Study, space: SpaceLike) -> StudyState:
         if trial.user_attrs.get("interrupted"):
             interrupted.setdefault(key, dict(trial.params))
             continue
-        status = _status(trial)
+        status = demoted.get(trial.number, _status(trial))
         if status is None or not trial.state.is_finished():
             continue
         if "duplicate_of" in trial.user_attrs:
@@ -136,6 +155,43 @@ class RunSummary:
 ProgressFactory = Callable[[int, int], Any]
 
 
+class Claims(Protocol):
+    """How a runner that shares its study with other workers gets its share of the budget
+    (``surrotune.workers.Coordinator``): ``claim`` brings ``state`` up to date with the whole
+    study and asks, for the study the runner was given, at most ``want`` trials, no more than
+    the budget leaves once every trial in flight anywhere is counted."""
+
+    def claim(self, state: StudyState, want: int, budget: int) -> Claim: ...
+
+
+@dataclass(frozen=True)
+class Claim:
+    """``trials`` asked for this runner; ``others``: evaluations other workers stored since the
+    last claim; ``exhausted``: the sampler has nothing left and no other worker has work in
+    flight that could still fail and free a configuration."""
+
+    trials: int
+    others: int
+    exhausted: bool
+
+
+@dataclass
+class _Batch:
+    """Trials asked together, sorted by what each needs before it can be told."""
+
+    asked: list[Trial]
+    results: dict[int, Result] = field(default_factory=dict)  # answered without the backend
+    #: index -> number of the trial that measured it first, or -1 - j for trial j of this batch
+    duplicates: dict[int, int] = field(default_factory=dict)
+    #: index -> key of a configuration that the batch evaluated before this one is measuring
+    waiting: dict[int, str] = field(default_factory=dict)
+    to_measure: list[int] = field(default_factory=list)  # indices that go to the backend
+    keys: dict[str, int] = field(default_factory=dict)  # key -> index, for to_measure
+
+    def configs(self) -> list[dict[str, ParamValue]]:
+        return [dict(self.asked[i].params) for i in self.to_measure]
+
+
 class Runner:
     """Drives one study with one backend until ``trials`` evaluations are stored.
 
@@ -147,6 +203,8 @@ class Runner:
         timeout_s: wall-clock limit for this invocation.
         batch_size: configurations asked and evaluated together.
         progress: a factory ``(total, initial) -> tqdm-like`` or None for silence.
+        coordinator: set where other workers share the study: the budget is the study's, so
+            each batch is claimed from it first (see :class:`Claims`).
     """
 
     def __init__(
@@ -159,6 +217,7 @@ class Runner:
         timeout_s: float | None = None,
         batch_size: int = 8,
         progress: ProgressFactory | None = None,
+        coordinator: Claims | None = None,
     ) -> None:
         self.study = study
         self.space = space
@@ -167,7 +226,11 @@ class Runner:
         self.timeout_s = timeout_s
         self.batch_size = batch_size
         self.progress = progress
+        self.coordinator = coordinator
         self._distributions = distributions(space)
+        self._preparer = backend if isinstance(backend, Prepares) else None
+        self._ahead: _Batch | None = None  # asked and prepared while the previous one runs
+        self._started = 0.0
         self._stop_requested = False
         self._last_shown = 0.0
         self._feasible_count = self._count_feasible()
@@ -202,7 +265,7 @@ class Runner:
                 signal.signal(signal.SIGINT, previous)
 
     def _run(self) -> RunSummary:
-        start = time.monotonic()
+        start = self._started = time.monotonic()
         state = read_study(self.study, self.space)
         for params in state.to_redo:
             self.study.enqueue_trial(params, skip_if_exists=False)
@@ -230,6 +293,13 @@ class Runner:
                     stop_reason = "stalled"
                     break
                 size = min(self.batch_size, self.trials - state.evaluations)
+                if self.coordinator is not None:
+                    claim = self.coordinator.claim(state, size, self.trials)
+                    initial += claim.others  # "in this run" counts this worker's own
+                    if not claim.trials and not claim.exhausted:
+                        self._show(bar, state)  # the other workers' progress
+                        continue  # the rest of the budget is in flight elsewhere, or spent
+                    size = claim.trials
                 before = state.evaluations
                 proposals_before = state.proposals
                 if not self._batch(size, state, bar):
@@ -240,6 +310,7 @@ class Runner:
         except KeyboardInterrupt:
             stop_reason, interrupted = "interrupted", True
         finally:
+            self._settle_ahead(state)
             if bar is not None:
                 self._show(bar, state, force=True)
                 bar.close()
@@ -258,22 +329,44 @@ class Runner:
         )
 
     def _batch(self, size: int, state: StudyState, bar: Any) -> bool:
-        """Ask, evaluate and tell one batch. False when the sampler has nothing left."""
-        asked: list[Trial] = []
-        told: set[int] = set()
+        """Evaluate and tell one batch: the one asked ahead during the previous call, else a new
+        one of ``size``. False when the sampler has nothing left."""
+        batch, self._ahead = self._ahead, None
+        fresh = batch is None
+        if batch is None:
+            batch = self._ask(size, state, None)
+        if not batch.asked:
+            return False
+        try:
+            self._resolve_waiting(batch, state)
+            if self._preparer is not None:
+                if fresh and batch.to_measure:
+                    self._preparer.prepare(batch.configs())
+                if self.coordinator is None:  # a shared budget is claimed one batch at a time
+                    self._ahead = self._ask_ahead(batch, state)
+            measured = self.backend.evaluate(batch.configs())
+        except BaseException:  # a second Ctrl-C or an error: redo on resume
+            self._interrupt(batch.asked)
+            raise
+        self._finish(batch, measured, state)
+        self._show(bar, state)
+        return True
+
+    def _ask(self, size: int, state: StudyState, in_flight: _Batch | None) -> _Batch:
+        """Ask up to ``size`` trials and sort them.
+
+        A configuration that breaks a constraint, or was measured before, is answered from the
+        study; a repeat within the batch, or of one that ``in_flight`` is measuring, waits for
+        that measurement; the rest go to the backend.
+        """
+        batch = _Batch([])
         try:
             for _ in range(size):
                 try:
-                    asked.append(self.study.ask(self._distributions))
+                    batch.asked.append(self.study.ask(self._distributions))
                 except optuna.exceptions.OptunaError:
                     break  # e.g. brute force has taken every feasible configuration
-            if not asked:
-                return False
-            results: dict[int, Result] = {}
-            duplicates: dict[int, int] = {}
-            to_measure: list[int] = []
-            batch_keys: dict[str, int] = {}
-            for i, trial in enumerate(asked):
+            for i, trial in enumerate(batch.asked):
                 config = dict(trial.params)
                 key = self.space.key(config)
                 feasible = (
@@ -283,33 +376,97 @@ class Runner:
                 )
                 if not feasible:
                     broken = "; ".join(self.space.violated(config)) or "not in the search space"
-                    results[i] = Result(config, Status.CONSTRAINT, error=f"breaks: {broken}")
+                    batch.results[i] = Result(config, Status.CONSTRAINT, error=f"breaks: {broken}")
                 elif key in state.evaluated:
                     first = state.evaluated[key]
-                    results[i] = Result.from_user_attrs(config, first.user_attrs)
-                    duplicates[i] = first.number
-                elif key in batch_keys:
-                    duplicates[i] = -1 - batch_keys[key]  # resolved after measuring
+                    batch.results[i] = Result.from_user_attrs(config, first.user_attrs)
+                    batch.duplicates[i] = first.number
+                elif key in batch.keys:
+                    batch.duplicates[i] = -1 - batch.keys[key]  # resolved after measuring
+                elif in_flight is not None and key in in_flight.keys:
+                    batch.waiting[i] = key
                 else:
-                    batch_keys[key] = i
-                    to_measure.append(i)
-            measured = self.backend.evaluate([dict(asked[i].params) for i in to_measure])
-            for i, result in zip(to_measure, measured, strict=True):
-                results[i] = result
-            for i, source in duplicates.items():
+                    batch.keys[key] = i
+                    batch.to_measure.append(i)
+        except BaseException:
+            self._interrupt(batch.asked)
+            raise
+        return batch
+
+    def _ask_ahead(self, current: _Batch, state: StudyState) -> _Batch | None:
+        """Ask the next batch and have the backend prepare it, while ``current`` is evaluated.
+
+        Only as many trials as the budget and the feasible space leave once ``current`` is
+        counted, and none after a Ctrl-C or past the timeout.
+        """
+        if self._stop_requested:
+            return None
+        if self.timeout_s is not None and time.monotonic() - self._started >= self.timeout_s:
+            return None
+        in_flight = len(current.to_measure)
+        room = self.trials - state.evaluations - in_flight
+        if self._feasible_count is not None:
+            room = min(room, self._feasible_count - state.measured - in_flight)
+        if room <= 0:
+            return None
+        ahead = self._ask(min(self.batch_size, room), state, current)
+        if not ahead.asked:
+            return None
+        if ahead.to_measure and self._preparer is not None:
+            try:
+                self._preparer.prepare(ahead.configs())
+            except BaseException:
+                self._interrupt(ahead.asked)
+                raise
+        return ahead
+
+    def _resolve_waiting(self, batch: _Batch, state: StudyState) -> None:
+        """Answer the trials that waited on the previous batch, now that it is told."""
+        for i, key in batch.waiting.items():
+            first = state.evaluated.get(key)
+            if first is None:  # not stored after all: measure it here
+                batch.keys[key] = i
+                batch.to_measure.append(i)
+            else:
+                config = dict(batch.asked[i].params)
+                batch.results[i] = Result.from_user_attrs(config, first.user_attrs)
+                batch.duplicates[i] = first.number
+        batch.waiting.clear()
+
+    def _finish(self, batch: _Batch, measured: list[Result], state: StudyState) -> None:
+        """Tell every trial of ``batch``; any that an error leaves untold is marked interrupted."""
+        told: set[int] = set()
+        try:
+            for i, result in zip(batch.to_measure, measured, strict=True):
+                batch.results[i] = result
+            for i, source in batch.duplicates.items():
                 if source < 0:
-                    results[i] = results[-1 - source]
-                    duplicates[i] = asked[-1 - source].number
-            for i, trial in enumerate(asked):
-                self._tell(trial, results[i], duplicates.get(i), state)
+                    batch.results[i] = batch.results[-1 - source]
+                    batch.duplicates[i] = batch.asked[-1 - source].number
+            for i, trial in enumerate(batch.asked):
+                self._tell(trial, batch.results[i], batch.duplicates.get(i), state)
                 told.add(i)
-            self._show(bar, state)
-            return True
         finally:
-            for i, trial in enumerate(asked):
-                if i not in told:  # cut short by a second Ctrl-C or an error: redo on resume
-                    trial.set_user_attr("interrupted", True)
-                    self.study.tell(trial, state=TrialState.FAIL)
+            self._interrupt([t for i, t in enumerate(batch.asked) if i not in told])
+
+    def _settle_ahead(self, state: StudyState) -> None:
+        """At the end of a run: a batch asked ahead that needs no measurement is told (repeats
+        and constraint breakers); one that does is marked interrupted, measured on resume."""
+        batch, self._ahead = self._ahead, None
+        if batch is None:
+            return
+        if batch.to_measure or any(key not in state.evaluated for key in batch.waiting.values()):
+            self._interrupt(batch.asked)
+            return
+        self._resolve_waiting(batch, state)
+        self._finish(batch, [], state)
+
+    def _interrupt(self, trials: list[Trial]) -> None:
+        """Record trials that were asked but will not be told a result: FAIL and
+        ``interrupted``, so that a resumed run measures them again."""
+        for trial in trials:
+            trial.set_user_attr("interrupted", True)
+            self.study.tell(trial, state=TrialState.FAIL)
 
     def _tell(
         self, trial: Trial, result: Result, duplicate_of: int | None, state: StudyState

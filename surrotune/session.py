@@ -13,7 +13,7 @@ import os
 import statistics
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +33,9 @@ from surrotune.experiment import (
     StorageSettings,
     load_experiment,
 )
+from surrotune.finish import FinishSettings, finish_run, report_dir_for
 from surrotune.result import Status
-from surrotune.runner import Runner, RunSummary
+from surrotune.runner import Runner, RunSummary, read_study
 from surrotune.sampling import SpaceLike, make_sampler
 from surrotune.space import RecordedSpace, SearchSpace, SpaceError
 from surrotune.storage import StorageError, describe_storage, open_storage, storage_url
@@ -45,11 +46,15 @@ from surrotune.surrogate.rules import (
     rules_to_attrs,
 )
 from surrotune.template import Template
+from surrotune.verdicts import demoted_trials
+from surrotune.workers import Coordinator
 
 __all__ = ["SetupError", "Tuning", "format_study", "format_summary", "load_study", "prepare"]
 
 #: the study user attribute that holds the learned failure rules (docs/trials.md)
 RULES_ATTR = "failure_rules"
+#: the study user attribute that holds its budget of evaluations, which joining workers obey
+BUDGET_ATTR = "budget"
 
 
 class SetupError(SurrotuneError, ValueError):
@@ -65,6 +70,14 @@ class Tuning:
     backend: Backend
     study: optuna.Study
     dataset: Dataset | None
+    #: the end-of-run checks (--sanitize, --remeasure); see surrotune/finish.py
+    finish: FinishSettings = field(default_factory=FinishSettings)
+    #: lines the checks left for the summary, filled by run()
+    notes: list[str] = field(default_factory=list)
+    #: this worker's device in the study's heartbeat records (docs/distributed.md)
+    worker_label: str = ""
+    #: a joining worker (surrotune worker) refuses a storage that offers no lock for workers
+    shared: bool = False
 
     def describe(self) -> str:
         exp = self.experiment
@@ -82,24 +95,67 @@ class Tuning:
 
     def run(self, *, progress: bool = True) -> RunSummary:
         factory = _progress_bar if progress else None
+        coordinator = None
         try:
+            coordinator = self._coordinator()
             runner = Runner(
-                study=self.study,
+                study=coordinator.study if coordinator is not None else self.study,
                 space=self.space,
                 backend=self.backend,
                 trials=self.experiment.search.trials,
                 timeout_s=self.experiment.search.timeout_s,
                 batch_size=self.experiment.search.batch_size,
                 progress=factory,
+                coordinator=coordinator,
             )
             summary = runner.run()
+            if coordinator is not None:
+                coordinator.close()
+                coordinator = None
             if summary.new_evaluations and isinstance(self.backend, DescribesDevice):
                 self.study.set_user_attr("device", self.backend.device())
             if summary.new_evaluations:
                 self.study.set_user_attr(RULES_ATTR, rules_to_attrs(self.failure_rules()))
+            if not summary.interrupted:
+                summary = self._finish(summary, progress=progress)
             return summary
         finally:
+            if coordinator is not None:
+                coordinator.close()
             self.backend.close()
+
+    def _coordinator(self) -> Coordinator | None:
+        """Heartbeats and budget claims wherever the storage offers a lock, for a lone run too:
+        another worker may join its study at any time, and trials that a run killed with SIGKILL
+        left RUNNING are recognised by the next one and measured again."""
+        settings = self.experiment.storage
+        try:
+            return Coordinator.start(
+                self.study,
+                self.space,
+                settings.url,
+                interval_s=settings.heartbeat_interval_s,
+                grace_s=settings.grace_period_s,
+                device=self.worker_label,
+            )
+        except StorageError as exc:
+            if self.shared:
+                raise SetupError(str(exc)) from None
+            return None  # an RDB without a lock for workers (MySQL): one worker, as before
+
+    def _finish(self, summary: RunSummary, *, progress: bool) -> RunSummary:
+        """Sanitize the winner and measure the top again (surrotune/finish.py), then read the
+        best and the counts back, since a sanitizer finding demotes a trial."""
+        log = (lambda line: print(line, file=sys.stderr)) if progress else None
+        self.notes = finish_run(
+            self.study,
+            self.backend,
+            self.finish,
+            report_dir=report_dir_for(self.experiment.storage.url, self.study.study_name),
+            log=log,
+        )
+        state = read_study(self.study, self.space)
+        return replace(summary, best=state.best, counts=dict(state.counts))
 
     def failure_rules(self) -> list[FailureRule]:
         """The failure regions the study's measurements imply, as readable rules."""
@@ -140,8 +196,17 @@ def _dataset_experiment(dataset_path: Path, overrides: Mapping[str, Any]) -> Exp
     )
 
 
-def prepare(experiment_path: Path | None, overrides: Mapping[str, Any] | None = None) -> Tuning:
-    """Load and check everything a run needs. Raises ExperimentError or SetupError."""
+def prepare(
+    experiment_path: Path | None,
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    join: bool = False,
+) -> Tuning:
+    """Load and check everything a run needs. Raises ExperimentError or SetupError.
+
+    ``join``: the study must exist already and be the same search in every respect that makes
+    measurements comparable (``surrotune worker``); its stored budget replaces the file's.
+    """
     overrides = dict(overrides or {})
     if experiment_path is None:
         dataset_path = overrides.get("dataset")
@@ -188,6 +253,14 @@ def prepare(experiment_path: Path | None, overrides: Mapping[str, Any] | None = 
         storage = open_storage(experiment.storage.url)
     except StorageError as exc:
         raise SetupError(str(exc)) from None
+    if join:
+        names = optuna.study.get_all_study_names(storage)
+        if experiment.storage.study not in names:
+            raise SetupError(
+                f"{describe_storage(experiment.storage.url)} has no study "
+                f"{experiment.storage.study!r} to join (it has: {', '.join(names) or 'none'}); "
+                "start it with surrotune run, or name it with --study"
+            )
     study = optuna.create_study(
         storage=storage,
         study_name=experiment.storage.study,
@@ -195,9 +268,15 @@ def prepare(experiment_path: Path | None, overrides: Mapping[str, Any] | None = 
         direction=direction,
         load_if_exists=True,
     )
-    _check_or_record_study(study, experiment, space, direction, dataset)
+    _check_or_record_study(study, experiment, space, direction, dataset, join=join)
+    if join:
+        budget = study.user_attrs.get(BUDGET_ATTR)
+        if isinstance(budget, int) and budget > 0:
+            experiment = experiment.with_overrides(trials=budget)
+    else:
+        study.set_user_attr(BUDGET_ATTR, experiment.search.trials)
 
-    return Tuning(experiment, space, backend, study, dataset)
+    return Tuning(experiment, space, backend, study, dataset, shared=join)
 
 
 def _kernel_cache() -> Path:
@@ -244,8 +323,12 @@ def _check_or_record_study(
     space: SpaceLike,
     direction: str,
     dataset: Dataset | None,
+    *,
+    join: bool = False,
 ) -> None:
-    """A resumed study must be the same search; a new one records what it is."""
+    """A resumed study must be the same search; a new one records what it is. A joining worker
+    (``join``) must also agree on the kernel, sizes, constraints, objective and backend: its
+    measurements land beside the others'."""
     described = {
         "parameters": {name: list(space.values[name]) for name in space.names},
         "constraints": list(experiment.constraints),
@@ -261,6 +344,11 @@ def _check_or_record_study(
     # before its first trial, so a concurrent start never mistakes it for a foreign study
     has_trials = bool(study.get_trials(deepcopy=False))
     stored = study.user_attrs.get(STUDY_ATTR)
+    if stored is None and join:
+        raise SetupError(
+            f"study {study.study_name!r} in {describe_storage(experiment.storage.url)} was not "
+            "started by surrotune run; a worker joins only a surrotune study"
+        )
     if stored is None:
         if has_trials:
             raise SetupError(
@@ -279,6 +367,34 @@ def _check_or_record_study(
         raise SetupError(
             f"study {study.study_name!r} optimises {stored.get('direction')}, this run {direction}"
         )
+    if join:
+        _check_same_search(study.study_name, experiment, stored, described)
+
+
+def _check_same_search(
+    name: str, experiment: Experiment, stored: Mapping[str, Any], described: Mapping[str, Any]
+) -> None:
+    """A joining worker's experiment must describe the study's search (file paths aside: they
+    differ from host to host, the template's hash does not)."""
+    for key in ("constraints", "objective", "backend", "sizes"):
+        if key in stored and stored[key] != described[key]:
+            raise SetupError(
+                f"{experiment.path}: {key} is {described[key]!r} but study {name!r} in "
+                f"{describe_storage(experiment.storage.url)} was started with {stored[key]!r}; "
+                "a worker must run the study's own experiment"
+            )
+    kernel, mine = stored.get("kernel"), described["kernel"]
+    if kernel is None or mine is None:
+        return
+    for key in ("name", "template_sha256", "options"):
+        if kernel.get(key) != mine.get(key):
+            what = "template (its SHA-256)" if key == "template_sha256" else f"kernel {key}"
+            raise SetupError(
+                f"{experiment.path}: the {what} differs from the one study {name!r} in "
+                f"{describe_storage(experiment.storage.url)} was started with "
+                f"({kernel.get(key)!r}, this file: {mine.get(key)!r}); a worker must run the "
+                "study's own kernel"
+            )
 
 
 def _kernel_description(experiment: Experiment) -> dict[str, Any] | None:
@@ -331,6 +447,7 @@ def format_summary(tuning: Tuning, summary: RunSummary) -> str:
         lines.append(f"  objective: {best.value:.6g} {unit}{extra}")
     else:
         lines.append("No configuration ran successfully.")
+    lines.extend(tuning.notes)
     counts = summary.counts
     counted = [s for s in Status if s.counts_as_evaluation and counts.get(s)]
     parts = ", ".join(f"{s.value} {counts[s]}" for s in counted)
@@ -404,15 +521,17 @@ def format_study(storage: str, study_name: str | None, *, top: int = 10) -> str:
     """The best configurations of a stored study, as a table, plus the counts by status."""
     study = load_study(storage, study_name)
     trials = study.get_trials(deepcopy=False)
+    demoted = demoted_trials(study)  # a sanitizer finding: COMPLETE, but no longer ok
     done = [
         t for t in trials
         if t.state == TrialState.COMPLETE and "duplicate_of" not in t.user_attrs
+        and t.number not in demoted
     ]  # fmt: skip
     reverse = study.direction == optuna.study.StudyDirection.MAXIMIZE
     done.sort(key=lambda t: t.value if t.value is not None else float("nan"), reverse=reverse)
     counts: dict[str, int] = {}
     for t in trials:
-        status = t.user_attrs.get("status")
+        status = demoted[t.number].value if t.number in demoted else t.user_attrs.get("status")
         if status and "duplicate_of" not in t.user_attrs:
             counts[status] = counts.get(status, 0) + 1
     rows = []

@@ -221,3 +221,133 @@ def test_duplicates_are_answered_from_the_study(tiny: Path, tmp_path: Path) -> N
     for trial in dups:
         first = runner.study.trials[trial.user_attrs["duplicate_of"]]
         assert first.params == trial.params and first.value == trial.value
+
+
+# --------------------------------------------------------------------------- pipelining
+
+
+class PreparingSpy(SpyBackend):
+    """A backend that prepares: records every prepare and evaluate call, in order."""
+
+    def __init__(self, inner: ReplayBackend, on_batch: dict[int, str] | None = None) -> None:
+        super().__init__(inner, on_batch)
+        self.calls: list[tuple[str, list[str]]] = []
+
+    def _keys(self, configs: Sequence[Mapping[str, ParamValue]]) -> list[str]:
+        return [self.inner.dataset.key(c) for c in configs]
+
+    def prepare(self, configs: Sequence[Mapping[str, ParamValue]]) -> None:
+        self.calls.append(("prepare", self._keys(configs)))
+
+    def evaluate(self, configs: Sequence[Mapping[str, ParamValue]]) -> list[Result]:
+        self.calls.append(("evaluate", self._keys(configs)))
+        return super().evaluate(configs)
+
+
+def make_pipelined(
+    path: Path, storage: str, *, trials: int, sampler: str = "brute-force", seed: int = 0,
+    constraints: Sequence[str] = (), batch_size: int = 4, on_batch: dict[int, str] | None = None,
+) -> tuple[Runner, PreparingSpy]:  # fmt: skip
+    runner, spy = make_runner(
+        path, storage, trials=trials, sampler=sampler, seed=seed, constraints=constraints,
+        batch_size=batch_size,
+    )  # fmt: skip
+    backend = PreparingSpy(spy.inner, on_batch)
+    runner = Runner(
+        study=runner.study, space=runner.space, backend=backend, trials=trials,
+        batch_size=batch_size,
+    )  # fmt: skip
+    return runner, backend
+
+
+def test_the_next_batch_is_prepared_before_the_current_is_evaluated(
+    tiny: Path, tmp_path: Path
+) -> None:
+    storage = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    runner, backend = make_pipelined(tiny, storage, trials=10, batch_size=4)
+    summary = runner.run()
+    assert summary.evaluations == 10 and summary.stop_reason == "budget"
+    kinds = [kind for kind, _ in backend.calls]
+    # batch 2 is asked and prepared before batch 1 is evaluated; the budget leaves 2 for batch 3
+    assert kinds == ["prepare", "prepare", "evaluate", "prepare", "evaluate", "evaluate"]
+    prepared = [keys for kind, keys in backend.calls if kind == "prepare"]
+    evaluated = [keys for kind, keys in backend.calls if kind == "evaluate"]
+    assert prepared == evaluated  # each batch exactly as it was prepared
+    assert [len(keys) for keys in evaluated] == [4, 4, 2]
+    keys = measured_keys(runner.study)
+    assert len(keys) == len(set(keys)) == 10
+    assert not [t for t in runner.study.get_trials() if t.user_attrs.get("interrupted")]
+
+
+def test_look_ahead_stops_at_the_end_of_the_feasible_space(tiny: Path, tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    runner, backend = make_pipelined(
+        tiny, storage, trials=1000, constraints=["bx >= 16"], batch_size=5
+    )
+    summary = runner.run()
+    assert summary.stop_reason == "exhausted" and summary.evaluations == 24
+    evaluated = [keys for kind, keys in backend.calls if kind == "evaluate"]
+    assert sum(len(keys) for keys in evaluated) == 24
+    assert runner.study.trials and all(
+        t.state.is_finished() and not t.user_attrs.get("interrupted") for t in runner.study.trials
+    )
+
+
+def test_a_repeat_of_a_configuration_in_flight_waits_for_its_result(
+    tiny: Path, tmp_path: Path
+) -> None:
+    storage = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    runner, backend = make_pipelined(tiny, storage, trials=7, batch_size=4)
+    configs = [{"bx": bx, "by": 4, "u": 1} for bx in (16, 32, 64, 8)]
+    # batch 1 measures the four; batch 2 (asked while batch 1 runs) repeats two of them
+    for params in [*configs, configs[2], {"bx": 64, "by": 2, "u": 1}, configs[0],
+                   {"bx": 16, "by": 2, "u": 0}]:  # fmt: skip
+        runner.study.enqueue_trial(params, skip_if_exists=False)
+    summary = runner.run()
+    assert summary.evaluations == 7 and summary.duplicates >= 2
+    sent = [key for kind, keys in backend.calls if kind == "evaluate" for key in keys]
+    assert len(sent) == len(set(sent)) == 7
+    trials = runner.study.get_trials()
+    for trial in trials:
+        if "duplicate_of" in trial.user_attrs:
+            first = runner.study.trials[trial.user_attrs["duplicate_of"]]
+            assert first.params == trial.params and "duplicate_of" not in first.user_attrs
+            assert first.user_attrs["status"] == trial.user_attrs["status"]
+            assert first.value == trial.value
+    repeated = [t for t in trials[4:8] if "duplicate_of" in t.user_attrs]
+    assert [t.params for t in repeated] == [configs[2], configs[0]]
+
+
+def test_first_ctrl_c_records_the_batch_in_flight_and_redoes_the_prepared_one(
+    tiny: Path, tmp_path: Path
+) -> None:
+    storage = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    runner, _ = make_pipelined(tiny, storage, trials=30, batch_size=4, on_batch={2: "sigint"})
+    summary = runner.run()
+    assert summary.interrupted and summary.evaluations == 8  # batches 1 and 2 are recorded
+    cut = [t for t in runner.study.get_trials() if t.user_attrs.get("interrupted")]
+    assert len(cut) == 4 and all(t.state == TrialState.FAIL for t in cut)  # batch 3, prepared
+    assert all("status" not in t.user_attrs for t in cut)
+    cut_keys = {runner.space.key(t.params) for t in cut}
+
+    resumed, backend = make_pipelined(tiny, storage, trials=30, batch_size=4)
+    assert resumed.run().evaluations == 30
+    first = next(keys for kind, keys in backend.calls if kind == "evaluate")
+    assert cut_keys == set(first)  # measured first, as any cut-short trial
+    keys = measured_keys(resumed.study)
+    assert len(keys) == len(set(keys)) == 30
+
+
+def test_second_ctrl_c_marks_both_batches_interrupted(tiny: Path, tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    runner, _ = make_pipelined(tiny, storage, trials=20, batch_size=4, on_batch={2: "raise"})
+    summary = runner.run()
+    assert summary.interrupted and summary.evaluations == 4
+    cut = [t for t in runner.study.get_trials() if t.user_attrs.get("interrupted")]
+    assert len(cut) == 8  # the batch being evaluated and the one prepared behind it
+    assert not [t for t in runner.study.get_trials() if not t.state.is_finished()]
+    resumed, _ = make_pipelined(tiny, storage, trials=20, batch_size=4)
+    assert resumed.run().evaluations == 20
+    keys = measured_keys(resumed.study)
+    assert len(keys) == len(set(keys)) == 20
+    assert {runner.space.key(t.params) for t in cut} <= set(keys)

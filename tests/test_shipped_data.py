@@ -27,7 +27,7 @@ CI = REPO / ".ci" / "run"
 #: counted in the recording: every feasible configuration of gemm.toml, measured once on an H200
 RESULTS = 5952
 STATUS_COUNTS = {Status.OK: 3620, Status.RESOURCE: 2332}
-REPEATS = 7  # gemm.toml: [evaluation] repeats
+REPEATS = 7  # the recording was made with gemm.toml's [evaluation] repeats = 7 of that day
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ from surrotune.backends.replay import save_recording
 from surrotune.errors import SurrotuneError
 from surrotune.result import Result
 from surrotune.runner import is_measurement
+from surrotune.verdicts import SANITIZER_PREFIX, demoted_trials, trial_verdicts
 
 __all__ = ["STUDY_ATTR", "ExportError", "export_recording", "study_results"]
 
@@ -35,6 +36,8 @@ def study_results(study: optuna.Study) -> list[Result]:
     """
     results = []
     seen: set[str] = set()
+    verdicts = trial_verdicts(study.user_attrs, SANITIZER_PREFIX)
+    demoted = demoted_trials(study.user_attrs)  # a sanitizer finding: exported with its status
     for trial in study.get_trials(deepcopy=False):
         if not is_measurement(trial):
             continue
@@ -43,6 +46,9 @@ def study_results(study: optuna.Study) -> list[Result]:
         if key in seen:
             continue
         seen.add(key)
+        if trial.number in demoted:
+            summary = verdicts[trial.number].get("summary", "compute-sanitizer finding")
+            attrs = {**attrs, "status": demoted[trial.number].value, "error": summary}
         results.append(Result.from_user_attrs(trial.params, attrs))
     return results
 

@@ -2,7 +2,8 @@
 
 Batches, not single configurations, are the unit so that a backend can compile a whole batch in
 parallel on the CPU cores while the GPU measures the previous one. Optional capabilities (device
-description, profiling) get Protocols of their own rather than ``NotImplementedError`` stubs.
+description, preparing the next batch, profiling) get Protocols of their own rather than
+``NotImplementedError`` stubs.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from surrotune.result import ParamValue, Result
 
-__all__ = ["Backend", "DescribesDevice"]
+__all__ = ["Backend", "DescribesDevice", "Prepares"]
 
 
 @runtime_checkable
@@ -29,3 +30,16 @@ class DescribesDevice(Protocol):
     """A backend that can say which device its Results were measured on."""
 
     def device(self) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class Prepares(Protocol):
+    """A backend that can start on a batch before it is evaluated (compile it, say).
+
+    ``prepare`` returns at once; a later ``evaluate`` of the same configurations uses what it
+    started. The runner calls it for batch k+1 before evaluating batch k, so that the CPU cores
+    compile while the GPU measures. Preparing configurations that are never evaluated must be
+    harmless: the runner does that when a run stops between the two calls.
+    """
+
+    def prepare(self, configs: Sequence[Mapping[str, ParamValue]]) -> None: ...

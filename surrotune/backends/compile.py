@@ -1,9 +1,12 @@
-"""Compile a rendered kernel to a cubin with nvcc and read what it costs in hardware resources.
+"""Compile a rendered kernel to a cubin and read what it costs in hardware resources.
 
-This is the part of the CUDA backend that needs no GPU: it runs wherever nvcc is installed, so
-compile failures and resource usage can be tested and recorded on CI, and a batch can be compiled
-on the CPU cores while the GPU measures the previous one (nvcc is a subprocess, so threads are
-enough for parallelism).
+This is the part of the CUDA backend that needs no GPU: it runs wherever nvcc or NVRTC is
+installed, so compile failures and resource usage can be tested and recorded on CI, and a batch
+can be compiled on the CPU cores while the GPU measures the previous one. Both compilers sit
+behind one :class:`KernelCompiler` interface (``submit`` a request, get a future of its outcome):
+:class:`NvccCompiler` here (nvcc is a subprocess, so threads are enough for parallelism) and
+:class:`surrotune.backends.nvrtc.NvrtcCompiler` (processes, since NVRTC runs in-process);
+:func:`make_compiler` picks one by the experiment's ``kernel.compiler``.
 
 Resource usage comes from two places, because neither alone has everything:
 
@@ -32,21 +35,29 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
+    "COMPILERS",
     "CompileError",
     "CompileRequest",
     "CompiledKernel",
+    "KernelCompiler",
     "KernelResources",
+    "NvccCompiler",
     "compile_kernel",
     "compile_many",
+    "make_compiler",
     "nvcc_version",
     "parse_ptxas_report",
+    "usable_cpus",
 ]
+
+#: the values of ``kernel.compiler``: ``auto`` is NVRTC where libnvrtc is found, else nvcc
+COMPILERS = ("auto", "nvrtc", "nvcc")
 
 #: bump when the cache layout or the meaning of a cached field changes
 _CACHE_VERSION = 1
@@ -114,7 +125,11 @@ class KernelResources:
 
 @dataclass(frozen=True)
 class CompiledKernel:
-    """A compiled cubin with its resource report; ``cached`` when it came from the disk cache."""
+    """A compiled cubin with its resource report; ``cached`` when it came from the disk cache.
+
+    ``kernel_name`` is the symbol to look up in the cubin: the requested name for an
+    ``extern "C"`` kernel, the mangled name NVRTC lowered it to otherwise.
+    """
 
     cubin: bytes
     kernel_name: str
@@ -187,9 +202,10 @@ _RESOURCE = re.compile(
 
 
 def _properties(log: str, kernel_name: str) -> tuple[int, int, int]:
+    # nvcc indents the line; NVRTC prefixes it with "ptxas         ."
     match = re.search(
-        rf"Function properties for {re.escape(kernel_name)}\s*\n\s*(\d+) bytes stack frame, "
-        r"(\d+) bytes spill stores, (\d+) bytes spill loads",
+        rf"Function properties for {re.escape(kernel_name)}\s*\n(?:ptxas\s+\.)?\s*(\d+) bytes "
+        r"stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads",
         log,
     )
     return (int(match[1]), int(match[2]), int(match[3])) if match else (0, 0, 0)
@@ -236,7 +252,7 @@ def _useful_lines(log: str) -> str:
         for line in log.splitlines()
         if line.strip()
         and not line.startswith("ptxas info")
-        and not re.match(r"\s+\d+ bytes stack frame", line)
+        and not re.match(r"(ptxas\s+\.)?\s+\d+ bytes stack frame", line)
     ]
     if not kept:
         kept = [line.rstrip() for line in log.splitlines() if line.strip()][-_MAX_MESSAGE_LINES:]
@@ -296,6 +312,88 @@ def _cubin_kernel_info(cubin: bytes, kernel_name: str) -> tuple[int | None, int 
         else:
             pos += 4
     return constant, max_threads
+
+
+_EIATTR_FRAME_SIZE = 0x11  # in .nv.info: (symbol index, per-thread stack frame bytes)
+_EIATTR_REGCOUNT = 0x2F  # in .nv.info: (symbol index, registers per thread)
+_RESERVED_SHARED_BYTES = 1024  # per block, sm_90 and later, counted in the cubin's shared section
+
+
+def _section_headers(cubin: bytes) -> dict[str, tuple[int, int, int]]:
+    """Section name -> (offset, size, sh_info) of a little-endian ELF64 cubin; {} otherwise."""
+    if len(cubin) < 64 or cubin[:4] != b"\x7fELF" or cubin[4] != 2 or cubin[5] != 1:
+        return {}
+    try:
+        (shoff,) = struct.unpack_from("<Q", cubin, 0x28)
+        shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
+        headers = [
+            struct.unpack_from("<IIQQQQII", cubin, shoff + i * shentsize) for i in range(shnum)
+        ]
+        strtab = headers[shstrndx][4]
+        out: dict[str, tuple[int, int, int]] = {}
+        for name_offset, _type, _flags, _addr, offset, size, _link, info in headers:
+            start = strtab + name_offset
+            name = cubin[start : cubin.index(b"\0", start)].decode("ascii", "replace")
+            out[name] = (offset, size, info)
+        return out
+    except (struct.error, IndexError, ValueError):
+        return {}
+
+
+def _symbol_attributes(cubin: bytes, section: tuple[int, int, int]) -> dict[int, dict[int, int]]:
+    """attribute -> {symbol index: value} for the (symbol, u32) attributes of a .nv.info."""
+    offset, size, _ = section
+    found: dict[int, dict[int, int]] = {}
+    pos, end = offset, offset + size
+    while pos + 4 <= end:
+        fmt, attr = cubin[pos], cubin[pos + 1]
+        if fmt != _EIFMT_SVAL:
+            pos += 4
+            continue
+        (length,) = struct.unpack_from("<H", cubin, pos + 2)
+        if length == 8 and attr in (_EIATTR_FRAME_SIZE, _EIATTR_REGCOUNT):
+            symbol, value = struct.unpack_from("<II", cubin, pos + 4)
+            found.setdefault(attr, {})[symbol] = value
+        pos += 4 + length
+    return found
+
+
+def cubin_resources(cubin: bytes, kernel_name: str) -> KernelResources | None:
+    """The kernel's resources read from the cubin itself, for when no ptxas report is at hand.
+
+    Registers are in the ``.text.<kernel>`` section header (``sh_info >> 24``, the low 24 bits
+    being the kernel's symbol index, which the ``EIATTR_REGCOUNT`` attribute repeats), static
+    shared memory is the size of ``.nv.shared.<kernel>``, and the per-thread stack frame (where
+    spills live) is ``EIATTR_FRAME_SIZE``. Spill *traffic* is only in ptxas' report: 0 here.
+    From sm_90 on, a kernel's shared section also holds the 1 KB the system reserves per block
+    (a ``.nv.shared.reserved.0`` section marks it; checked with nvcc 13 for sm_75 to sm_120), which
+    ptxas and ``cudaFuncAttributes.sharedSizeBytes`` leave out: so is it here.
+    None when the cubin has no such kernel or no register count for it.
+    """
+    sections = _section_headers(cubin)
+    text = sections.get(f".text.{kernel_name}")
+    if text is None or ".nv.info" not in sections:
+        return None
+    symbol = text[2] & 0xFFFFFF
+    attributes = _symbol_attributes(cubin, sections[".nv.info"])
+    registers = attributes.get(_EIATTR_REGCOUNT, {}).get(symbol)
+    if registers is None:
+        return None
+    frame = attributes.get(_EIATTR_FRAME_SIZE, {}).get(symbol, 0)
+    shared = sections.get(f".nv.shared.{kernel_name}", (0, 0, 0))[1]
+    if ".nv.shared.reserved.0" in sections and shared >= _RESERVED_SHARED_BYTES:
+        shared -= _RESERVED_SHARED_BYTES
+    constant, max_threads = _cubin_kernel_info(cubin, kernel_name)
+    return KernelResources(
+        registers=registers,
+        shared_static_bytes=shared,
+        local_bytes=frame,
+        stack_frame_bytes=frame,
+        spill_store_bytes=0,
+        spill_load_bytes=0,
+        constant_bytes=constant or 0,
+        max_threads_per_block=max_threads,
+    )
 
 
 # --- running nvcc ----------------------------------------------------------------------------
@@ -363,7 +461,7 @@ def _read_cache(directory: Path, key: str, kernel_name: str) -> CompiledKernel |
         cubin = (directory / f"{key}.cubin").read_bytes()
         return CompiledKernel(
             cubin=cubin,
-            kernel_name=kernel_name,
+            kernel_name=meta.get("symbol", kernel_name),
             resources=KernelResources(**meta["resources"]),
             compile_time_ms=meta["compile_time_ms"],
             log=meta["log"],
@@ -398,6 +496,7 @@ def _write_cache(
         _write_atomically(directory / f"{key}.cubin", outcome.cubin)
         meta |= {
             "ok": True,
+            "symbol": outcome.kernel_name,  # NVRTC's lowered name of a C++ kernel
             "resources": dataclasses.asdict(outcome.resources),
             "log": outcome.log,
         }
@@ -522,3 +621,124 @@ def compile_many(
     count = max(1, min(workers or os.cpu_count() or 1, len(requests)))
     with ThreadPoolExecutor(max_workers=count, thread_name_prefix="nvcc") as pool:
         return list(pool.map(one, requests))
+
+
+# --- compilers behind one interface ------------------------------------------------------------
+
+
+def usable_cpus() -> int:
+    """The CPU cores this process may run on (its affinity, which a container or ``taskset``
+    narrows), which is what a compile pool should fill; ``os.cpu_count()`` counts the host's."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@runtime_checkable
+class KernelCompiler(Protocol):
+    """Compiles requests in the background: ``submit`` returns at once with a future.
+
+    The future's result is the kernel or its :class:`CompileError` (a failing configuration is a
+    result, not an exception); it raises only for what no configuration could fix (the compiler
+    is missing or refuses the options). ``name`` and ``version`` identify the compiler.
+    """
+
+    name: str
+
+    @property
+    def version(self) -> str: ...
+
+    def submit(self, request: CompileRequest) -> Future[CompiledKernel | CompileError]: ...
+
+    def close(self) -> None: ...
+
+
+class NvccCompiler:
+    """nvcc behind :class:`KernelCompiler`: each request is one nvcc run on a thread.
+
+    Args:
+        nvcc: the compiler executable.
+        cache_dir: where outcomes are cached (None: no cache).
+        timeout_s: how long one nvcc run may take (``timeout``).
+        workers: concurrent nvcc runs (None: one per CPU core this process may use).
+    """
+
+    name = "nvcc"
+
+    def __init__(
+        self,
+        *,
+        nvcc: str = "nvcc",
+        cache_dir: Path | None = None,
+        timeout_s: float = 120.0,
+        workers: int | None = None,
+    ) -> None:
+        self.nvcc = nvcc
+        self.cache_dir = cache_dir
+        self.timeout_s = timeout_s
+        self.workers = max(1, workers or usable_cpus())
+        self._pool: ThreadPoolExecutor | None = None
+        self._version: str | None = None
+
+    @property
+    def version(self) -> str:
+        if self._version is None:
+            self._version = nvcc_version(self.nvcc)
+        return self._version
+
+    def submit(self, request: CompileRequest) -> Future[CompiledKernel | CompileError]:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="nvcc")
+        return self._pool.submit(self._compile, request)
+
+    def _compile(self, request: CompileRequest) -> CompiledKernel | CompileError:
+        try:
+            return compile_kernel(
+                request, nvcc=self.nvcc, cache_dir=self.cache_dir, timeout_s=self.timeout_s
+            )
+        except CompileError as error:
+            return error
+
+    def close(self) -> None:
+        """Drop queued requests; runs in progress end by themselves (within ``timeout_s``)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+    def __enter__(self) -> NvccCompiler:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def make_compiler(
+    name: str,
+    *,
+    cache_dir: Path | None = None,
+    timeout_s: float = 120.0,
+    workers: int | None = None,
+    nvcc: str = "nvcc",
+) -> KernelCompiler:
+    """The compiler ``kernel.compiler`` names; see :data:`COMPILERS`.
+
+    ``auto`` prefers NVRTC because it is what makes compilation keep up with the GPU (about a
+    third of nvcc's time per kernel, and no process per compile); it falls back to nvcc only
+    where no libnvrtc is found. Neither starts anything before the first ``submit``.
+
+    Raises:
+        surrotune.backends.nvrtc.NvrtcNotFound: ``nvrtc`` was asked for and is not installed.
+        ValueError: ``name`` is not one of :data:`COMPILERS`.
+    """
+    if name not in COMPILERS:
+        raise ValueError(f"unknown compiler {name!r}; expected one of {', '.join(COMPILERS)}")
+    if name in ("auto", "nvrtc"):
+        from surrotune.backends.nvrtc import NvrtcCompiler, NvrtcNotFound
+
+        try:
+            return NvrtcCompiler(cache_dir=cache_dir, timeout_s=timeout_s, workers=workers)
+        except NvrtcNotFound:
+            if name == "nvrtc":
+                raise
+    return NvccCompiler(nvcc=nvcc, cache_dir=cache_dir, timeout_s=timeout_s, workers=workers)

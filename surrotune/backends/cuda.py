@@ -4,14 +4,20 @@ A batch of configurations goes through four stages, and each one can end a confi
 the Status of DESIGN.md's taxonomy, so the sampler learns from every failure:
 
 1. render the template with the configuration and the problem sizes, and compile the whole batch
-   in parallel on the CPU cores (:func:`surrotune.backends.compile.compile_many`): ``compile``,
-   or ``resource`` when ptxas runs out of registers or shared memory, or ``timeout``;
+   in parallel on the CPU cores (NVRTC in a pool of processes, or nvcc: see
+   :func:`surrotune.backends.compile.make_compiler`): ``compile``, or ``resource`` when ptxas runs
+   out of registers or shared memory, or ``timeout``. :meth:`CudaBackend.prepare` starts this
+   for the next batch while the GPU measures the current one, and :meth:`CudaBackend.evaluate`
+   measures each configuration as soon as its own compile is done;
 2. compute the launch geometry from the experiment's expressions (``launch`` when it is not a
-   valid grid or block) and check the compiled kernel's resources against the device limits
-   before anything is launched (:func:`check_limits`, ``resource``);
+   valid grid or block), compute the theoretical occupancy (:func:`kernel_occupancy`, stored
+   with the trial) and check the compiled kernel's resources against the device limits before
+   anything is launched (:func:`check_limits`, ``resource``, also when no block fits an SM);
 3. hand the cubin to the worker process (:mod:`surrotune.backends.worker`), which owns the CUDA
    context: it launches once and compares the outputs with the reference (``correctness``), then
-   times ``repeats`` launches after ``warmup`` ones; driver errors are sorted by
+   times launches after ``warmup`` ones until the median is known well enough
+   (:mod:`surrotune.backends.measure`), flushing the L2 when the arguments fit in it and reading
+   the clocks while it times; driver errors are sorted by
    :func:`classify_cuda_error` into ``resource``, ``launch`` or ``runtime``;
 4. a worker that dies (``runtime``) or stays silent past the watchdog (``timeout``) is replaced
    for the next configuration, so one bad kernel costs one trial, not the run.
@@ -26,17 +32,22 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from surrotune.backends.clocks import CLOCK_FIELDS
 from surrotune.backends.compile import (
     CompiledKernel,
     CompileError,
     CompileRequest,
+    KernelCompiler,
     KernelResources,
-    compile_many,
+    make_compiler,
 )
+from surrotune.backends.measure import MeasurePolicy
+from surrotune.backends.occupancy import DeviceLimits, Occupancy, OccupancyError, occupancy
 from surrotune.backends.worker import (
     CudaWorkerInit,
     LaunchJob,
@@ -58,7 +69,9 @@ __all__ = [
     "check_limits",
     "classify_cuda_error",
     "cuda_worker_handle",
+    "kernel_occupancy",
     "launch_geometry",
+    "occupancy_fields",
 ]
 
 #: seconds added to the watchdog for loading the module and copying outputs back
@@ -166,11 +179,46 @@ def check_limits(
             f"{resources.shared_static_bytes} static + {dyn_shared} dynamic = {shared} bytes of "
             f"shared memory per block exceed the device's sharedMemPerBlockOptin of {limit}"
         )
+    # What the simple checks let through but the driver would still refuse: registers allocated
+    # per warp in units of 256 and counted over four sub-partitions, the reserved shared memory.
+    occupancy = kernel_occupancy(resources, threads, dyn_shared, device_props)
+    if occupancy is not None and not occupancy.fits:
+        return f"the launch cannot run, {occupancy.explain()}"
     return None
 
 
+def kernel_occupancy(
+    resources: KernelResources, threads: int, dyn_shared: int, device_props: Mapping[str, Any]
+) -> Occupancy | None:
+    """The theoretical occupancy of a launch (:mod:`surrotune.backends.occupancy`), or None when
+    the device properties lack a limit or describe a GPU the calculator does not cover."""
+    try:
+        limits = DeviceLimits.from_properties(device_props)
+        return occupancy(
+            limits,
+            registers=resources.registers,
+            threads=threads,
+            static_shared=resources.shared_static_bytes,
+            dynamic_shared=dyn_shared,
+            barriers=resources.barriers,
+        )
+    except OccupancyError:
+        return None
+
+
+def occupancy_fields(result: Occupancy | None) -> dict[str, Any]:
+    """The Result fields of an occupancy (none when it is unknown)."""
+    if result is None:
+        return {}
+    return {
+        "occupancy": result.fraction,
+        "active_blocks_per_sm": result.active_blocks_per_sm,
+        "occupancy_limiter": result.limiter,
+    }
+
+
 class CudaBackend:
-    """Evaluates configurations on one NVIDIA GPU. Satisfies Backend and DescribesDevice.
+    """Evaluates configurations on one NVIDIA GPU. Satisfies Backend, Prepares, DescribesDevice.
 
     The worker process starts on first use (``evaluate`` or ``device``), not here, so that
     building a backend costs nothing and needs no GPU. Use as a context manager, or call
@@ -181,9 +229,10 @@ class CudaBackend:
         device_id: the CUDA device the worker uses.
         cache_dir: where compiled cubins are cached (None: no cache).
         worker_factory: builds the worker handle; the default runs the CUDA worker.
-        nvcc: the compiler executable. ``kernel.compiler = "nvrtc"`` is compiled with nvcc as
-            well: the cubin and its resources are the same, and nvcc reports them.
-        compile_timeout_s: how long one nvcc run may take before it counts as ``timeout``.
+        nvcc: the nvcc executable, when nvcc compiles.
+        compile_timeout_s: how long one compile may take before it counts as ``timeout``.
+        compiler: ``auto``, ``nvrtc`` or ``nvcc``; None takes the experiment's
+            ``kernel.compiler`` (see :func:`surrotune.backends.compile.make_compiler`).
     """
 
     def __init__(
@@ -195,6 +244,7 @@ class CudaBackend:
         worker_factory: WorkerFactory = cuda_worker_handle,
         nvcc: str = "nvcc",
         compile_timeout_s: float = 120.0,
+        compiler: str | None = None,
     ) -> None:
         missing = [
             section
@@ -217,16 +267,25 @@ class CudaBackend:
         self.nvcc = nvcc
         self.compile_timeout_s = compile_timeout_s
         self._template = Template.from_file(experiment.kernel.template)
+        self.compiler: KernelCompiler = make_compiler(
+            compiler or experiment.kernel.compiler,
+            cache_dir=cache_dir,
+            timeout_s=compile_timeout_s,
+            workers=experiment.evaluation.compile_workers,
+            nvcc=nvcc,
+        )
         self._worker = worker_factory(experiment, device_id)
         self._device: dict[str, Any] | None = None  # the same for every worker on this GPU
+        #: compiles started by prepare() and not yet taken by evaluate()
+        self._compiling: dict[CompileRequest, Future[CompiledKernel | CompileError]] = {}
 
     @property
     def watchdog_s(self) -> float:
         """How long one configuration may run in the worker: every launch may take the kernel
         timeout (one checked, the warm-up and the timed ones), plus a margin."""
         evaluation = self.experiment.evaluation
-        launches = 1 + evaluation.warmup + evaluation.repeats
-        return evaluation.kernel_timeout_s * launches + WATCHDOG_MARGIN_S
+        policy = MeasurePolicy.from_settings(evaluation)
+        return policy.watchdog_s(evaluation.kernel_timeout_s) + WATCHDOG_MARGIN_S
 
     def device(self) -> dict[str, Any]:
         """The GPU's properties as the worker reported them (starts the worker if needed)."""
@@ -235,6 +294,10 @@ class CudaBackend:
         return dict(self._device)
 
     def close(self) -> None:
+        for future in self._compiling.values():
+            future.cancel()
+        self._compiling.clear()
+        self.compiler.close()
         self._worker.close()
 
     def __enter__(self) -> CudaBackend:
@@ -243,13 +306,51 @@ class CudaBackend:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
+    def prepare(self, configs: Sequence[Mapping[str, ParamValue]]) -> None:
+        """Start compiling ``configs`` and return at once; :meth:`evaluate` picks them up.
+
+        The runner calls this for the next batch before evaluating the current one, so the CPU
+        cores compile while the GPU measures. Preparing what is never evaluated costs only the
+        compile (and fills the disk cache).
+        """
+        for request in self._requests(configs)[1]:
+            if request not in self._compiling:
+                self._compiling[request] = self.compiler.submit(request)
+
     def evaluate(self, configs: Sequence[Mapping[str, ParamValue]]) -> list[Result]:
-        """One Result per configuration, in order: compile all in parallel, then measure each."""
+        """One Result per configuration, in order.
+
+        Every compile is started at once (or was, by :meth:`prepare`), and each configuration is
+        measured as soon as its own compile is done, in the order the compiles finish, so the GPU
+        starts on the first kernel while the rest still compile.
+        """
         if not configs:
             return []
+        envs, requests = self._requests(configs)
+        futures = [
+            self._compiling.pop(request, None) or self.compiler.submit(request)
+            for request in requests
+        ]
+        positions: dict[Future[CompiledKernel | CompileError], list[int]] = {}
+        for index, future in enumerate(futures):
+            positions.setdefault(future, []).append(index)
+        results: list[Result | None] = [None] * len(configs)
+        for future in as_completed(positions):
+            outcome = future.result()  # raises only when the compiler itself cannot work
+            for index in positions[future]:
+                results[index] = self._measure(dict(configs[index]), envs[index], outcome)
+        return [result for result in results if result is not None]
+
+    def _requests(
+        self, configs: Sequence[Mapping[str, ParamValue]]
+    ) -> tuple[list[dict[str, Any]], list[CompileRequest]]:
+        """The environments (sizes and parameters) and compile requests of ``configs``.
+
+        Starts the worker first: with a fixed ``kernel.arch`` it gets ready (CuPy, inputs,
+        reference) while the batch compiles; otherwise its hello tells the architecture.
+        """
         kernel = self.experiment.kernel
         assert kernel is not None
-        # With a fixed arch the worker gets ready (CuPy, inputs, reference) while nvcc runs.
         self._worker.start(wait_ready=kernel.arch is None)
         arch = kernel.arch or self.device()["arch"]
         envs = [{**self.experiment.sizes, **config} for config in configs]
@@ -262,17 +363,7 @@ class CudaBackend:
             )
             for env in envs
         ]
-        compiled = compile_many(
-            requests,
-            workers=self.experiment.evaluation.compile_workers,
-            nvcc=self.nvcc,
-            cache_dir=self.cache_dir,
-            timeout_s=self.compile_timeout_s,
-        )
-        return [
-            self._measure(dict(config), env, outcome)
-            for config, env, outcome in zip(configs, envs, compiled, strict=True)
-        ]
+        return envs, requests
 
     def _measure(
         self,
@@ -303,6 +394,13 @@ class CudaBackend:
             return Result(config, Status.LAUNCH, error=str(exc), **known)
         known["shared_bytes"] = resources.shared_static_bytes + geometry.dynamic_shared_bytes
         known["threads_per_block"] = geometry.threads
+        known.update(
+            occupancy_fields(
+                kernel_occupancy(
+                    resources, geometry.threads, geometry.dynamic_shared_bytes, self.device()
+                )
+            )
+        )
         violation = check_limits(
             resources,
             geometry.threads,
@@ -323,6 +421,11 @@ class CudaBackend:
             dynamic_shared_bytes=geometry.dynamic_shared_bytes,
             warmup=evaluation.warmup,
             repeats=evaluation.repeats,
+            max_repeats=evaluation.max_repeats,
+            target_precision=evaluation.target_precision,
+            max_measure_s=evaluation.max_measure_s,
+            l2_flush=evaluation.l2_flush,
+            static_shared_bytes=resources.shared_static_bytes,
         )
         started = time.perf_counter()
         reply = self._worker.request(job, self.watchdog_s)
@@ -332,8 +435,9 @@ class CudaBackend:
         if reply.outcome is Outcome.TIMEOUT:
             message = (
                 f"the kernel did not finish: {reply.message} (watchdog: kernel_timeout "
-                f"{evaluation.kernel_timeout_s:g} s x {1 + evaluation.warmup + evaluation.repeats}"
-                f" launches + {WATCHDOG_MARGIN_S:g} s)"
+                f"{evaluation.kernel_timeout_s:g} s for each launch before the timing cap, the "
+                f"cap of {evaluation.max_measure_s:g} s when timing adaptively, "
+                f"+ {WATCHDOG_MARGIN_S:g} s)"
             )
             return Result(
                 config, Status.TIMEOUT, error=message, benchmark_time_ms=wall_ms, **known
@@ -363,6 +467,10 @@ class CudaBackend:
             "times_ms": reply.times_ms,
             "benchmark_time_ms": reply.benchmark_time_ms,
             "verification_error": reply.verification_error,
+            "timing_precision": reply.timing_precision,
+            "timing_stop": reply.timing_stop,
+            "l2_flush": reply.l2_flush if reply.times_ms else None,
+            **{key: value for key, value in reply.clocks.items() if key in CLOCK_FIELDS},
             **known,
         }
         if reply.status is not Status.OK:

@@ -16,7 +16,9 @@ Two halves live in this module:
   imported inside it only, so this module imports on machines without CuPy or a GPU.
 
 The pure pieces the worker is built from (argument creation, poisoning, the verification error,
-the classification of CUDA error names) are module-level functions, tested on the CPU.
+the classification of CUDA error names) are module-level functions, tested on the CPU; so are
+the timing statistics (:mod:`surrotune.backends.measure`: when the median is known well enough,
+when to flush the L2) and the clock readers (:mod:`surrotune.backends.clocks`).
 """
 
 from __future__ import annotations
@@ -33,14 +35,16 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
 import numpy as np
 
+from surrotune.backends.clocks import ClockReader, NoClocks, open_clock_reader
+from surrotune.backends.measure import MeasurePolicy, choose_l2_flush, next_round
 from surrotune.errors import SurrotuneError
-from surrotune.experiment import ArgumentSpec, Experiment, ReferenceSpec
+from surrotune.experiment import ArgumentSpec, Experiment, ExperimentError, ReferenceSpec
 from surrotune.result import Status
 
 __all__ = [
@@ -54,6 +58,7 @@ __all__ = [
     "WorkerReply",
     "WorkerStartError",
     "WorkerTarget",
+    "check_inputs",
     "classify_cuda_error",
     "compute_expected",
     "create_inputs",
@@ -454,6 +459,28 @@ def create_inputs(
     return values
 
 
+def check_inputs(experiment: Experiment, values: Mapping[str, Any]) -> None:
+    """Refuse inputs that are all zeros: never time a kernel on them.
+
+    A kernel fed zeros draws less power and keeps higher clocks than on real data (so it times
+    faster than it runs), and one that ignores an input still matches the reference. Outputs are
+    poisoned before every check, so only the other array arguments count. Raises
+    :class:`ExperimentError` naming the argument's ``fill`` key.
+    """
+    for index, arg in enumerate(experiment.arguments):
+        if arg.output or arg.fill == "output" or arg.shape is None:
+            continue
+        array = values[arg.name]
+        if array.size and not np.any(array):
+            raise ExperimentError(
+                experiment.path,
+                f"arguments[{index}].fill",
+                f"input {arg.name!r} is all zeros (fill = {arg.fill!r}); kernels are never timed "
+                "on all-zero inputs, which draw less power and hide a kernel that ignores them: "
+                'expected fill = "random", "randint" or "ones"',
+            )
+
+
 def relative_l2_error(output: Any, expected: Any) -> float:
     """‖output − expected‖ / ‖expected‖ over all elements, in double precision.
 
@@ -622,7 +649,15 @@ class CudaWorkerInit:
 
 @dataclass(frozen=True)
 class LaunchJob:
-    """One compiled configuration to verify and time. Dimensions are (x, y, z)."""
+    """One compiled configuration to verify and time. Dimensions are (x, y, z).
+
+    ``repeats`` launches are timed after ``warmup`` untimed ones; with ``max_repeats`` above it,
+    timing goes on until the median is known to ``target_precision`` or a cap is reached
+    (:func:`surrotune.backends.measure.next_round`). The defaults time exactly ``repeats``
+    launches without touching the L2, as every job did before adaptive timing.
+    ``static_shared_bytes`` (the kernel's own, from the compiler) decides whether the dynamic
+    size needs the opt-in attribute: static plus dynamic above 48 KB does.
+    """
 
     cubin: bytes
     kernel_name: str
@@ -631,23 +666,51 @@ class LaunchJob:
     dynamic_shared_bytes: int
     warmup: int
     repeats: int
+    max_repeats: int | None = None
+    target_precision: float = 0.01
+    max_measure_s: float = 1.0
+    l2_flush: str = "never"
+    static_shared_bytes: int = 0
+
+    @property
+    def policy(self) -> MeasurePolicy:
+        maximum = self.repeats if self.max_repeats is None else self.max_repeats
+        return MeasurePolicy(
+            warmup=self.warmup,
+            min_repeats=self.repeats,
+            max_repeats=max(maximum, self.repeats),
+            target_precision=self.target_precision,
+            max_seconds=self.max_measure_s,
+        )
 
 
 @dataclass(frozen=True)
 class LaunchReply:
-    """The worker's verdict on a :class:`LaunchJob`."""
+    """The worker's verdict on a :class:`LaunchJob`.
+
+    For a timed job also: the precision reached (relative half-width of the median's 95 %
+    interval), why timing stopped (a :data:`surrotune.backends.measure.STOP_REASONS` key),
+    whether the L2 was flushed before each timed launch, and the clocks read while timing
+    (:data:`surrotune.backends.clocks.CLOCK_FIELDS`; empty when no source works).
+    """
 
     status: Status
     times_ms: tuple[float, ...] = ()
     verification_error: float | None = None
     error: str = ""
     benchmark_time_ms: float | None = None
+    timing_precision: float | None = None
+    timing_stop: str = ""
+    l2_flush: bool | None = None
+    clocks: dict[str, float] = field(default_factory=dict)
 
 
-#: above this much dynamic shared memory a kernel must opt in (cudaFuncAttribute)
+#: above this much shared memory per block, static plus dynamic, a kernel must opt in to its
+#: dynamic size (cudaFuncAttributeMaxDynamicSharedMemorySize); the default limit of every GPU
 _DEFAULT_DYNAMIC_SHARED_LIMIT = 48 * 1024
 
-#: cudaDeviceProp fields reported by the worker (CUDA 13 dropped some; those are queried below)
+#: cudaDeviceProp fields reported by the worker: identity, the limits the occupancy calculator
+#: (:mod:`surrotune.backends.occupancy`) reads, and the L2 size that decides the flush
 DEVICE_PROPERTIES = (
     "name",
     "major",
@@ -659,17 +722,37 @@ DEVICE_PROPERTIES = (
     "sharedMemPerBlock",
     "sharedMemPerBlockOptin",
     "sharedMemPerMultiprocessor",
+    "reservedSharedMemPerBlock",
     "regsPerBlock",
     "regsPerMultiprocessor",
     "maxThreadsPerMultiProcessor",
+    "maxBlocksPerMultiProcessor",
     "l2CacheSize",
+    "persistingL2CacheMaxSize",
     "warpSize",
     "totalGlobalMem",
+    "memoryBusWidth",
     "clockRate",
     "memoryClockRate",
 )
-#: cudaDeviceAttr numbers for the properties CUDA 13 removed from cudaDeviceProp
-_ATTRIBUTES = {"clockRate": 13, "memoryClockRate": 36}
+#: cudaDeviceAttr numbers, for properties CUDA 13 removed from cudaDeviceProp (the clock rates)
+#: and for those an older CuPy does not copy out of it
+_ATTRIBUTES = {
+    "clockRate": 13,
+    "multiProcessorCount": 16,
+    "memoryClockRate": 36,
+    "memoryBusWidth": 37,
+    "l2CacheSize": 38,
+    "maxThreadsPerMultiProcessor": 39,
+    "sharedMemPerMultiprocessor": 81,
+    "regsPerMultiprocessor": 82,
+    "sharedMemPerBlockOptin": 97,
+    "maxBlocksPerMultiProcessor": 106,
+    "persistingL2CacheMaxSize": 108,
+    "reservedSharedMemPerBlock": 111,
+}
+#: the L2 flush buffer when the device does not report its L2 size (twice the largest L2 yet)
+_FALLBACK_FLUSH_BYTES = 256 * 1024 * 1024
 
 
 def _plain(value: Any) -> Any:
@@ -702,6 +785,10 @@ def device_properties(cupy: Any, device_id: int) -> dict[str, Any]:
     props["arch"] = f"sm_{props['major']}{props['minor']}"
     props["runtime_version"] = int(runtime.runtimeGetVersion())
     props["driver_version"] = int(runtime.driverGetVersion())
+    try:
+        props["pciBusId"] = str(runtime.deviceGetPCIBusId(device_id))
+    except Exception:  # not every runtime build exposes it; NVML then goes by index
+        props["pciBusId"] = None
     return props
 
 
@@ -717,6 +804,7 @@ def cuda_worker(init: CudaWorkerInit) -> tuple[dict[str, Any], Callable[[LaunchJ
     experiment = init.experiment
     cupy.cuda.Device(init.device_id).use()
     host = create_inputs(experiment.arguments, experiment.sizes, experiment.evaluation.seed)
+    check_inputs(experiment, host)
     expected = compute_expected(experiment, host)
     rtol = experiment.reference.rtol if experiment.reference is not None else 0.0
     device = {
@@ -735,7 +823,19 @@ def cuda_worker(init: CudaWorkerInit) -> tuple[dict[str, Any], Callable[[LaunchJ
         rtol=rtol,
     )
     cupy.cuda.Device().synchronize()
-    return device_properties(cupy, init.device_id), state.run
+    props = device_properties(cupy, init.device_id)
+    state.working_set_bytes = sum(
+        int(value.nbytes) for value in device.values() if getattr(value, "ndim", 0) > 0
+    )
+    state.l2_bytes = props.get("l2CacheSize") or None
+    state.clocks = open_clock_reader(props.get("pciBusId"), init.device_id)
+    props["clocks"] = {
+        "source": state.clocks.source,
+        "note": state.clocks.note,
+        "at_start": state.clocks.start().result(),
+    }
+    props["working_set_bytes"] = state.working_set_bytes
+    return props, state.run
 
 
 @dataclass
@@ -747,6 +847,10 @@ class _CudaState:
     poisoned: dict[str, Any]  # outputs (and scratch buffers), poisoned before each check
     expected: dict[str, np.ndarray]  # by output name
     rtol: float
+    working_set_bytes: int = 0  # every array argument: what a launch touches at most
+    l2_bytes: int | None = None
+    clocks: ClockReader = field(default_factory=lambda: NoClocks("not opened"))
+    flush_buffer: Any = None  # allocated on the first job that flushes the L2
 
     def run(self, job: LaunchJob) -> LaunchReply | Retire:
         """Load, launch once and verify, then time; a sticky error retires the worker."""
@@ -769,7 +873,8 @@ class _CudaState:
             module.load(job.cubin)
             phase = f"looking up the kernel {job.kernel_name!r}"
             function = module.get_function(job.kernel_name)
-            if job.dynamic_shared_bytes > _DEFAULT_DYNAMIC_SHARED_LIMIT:
+            shared = job.static_shared_bytes + job.dynamic_shared_bytes
+            if job.dynamic_shared_bytes and shared > _DEFAULT_DYNAMIC_SHARED_LIMIT:
                 phase = "opting in to dynamic shared memory"
                 # CuPy 14: Function has no settable attribute; set it through the driver
                 cupy.cuda.driver.funcSetAttribute(
@@ -804,18 +909,64 @@ class _CudaState:
             for _ in range(job.warmup):
                 launch()
             phase = "timing"
-            events = [(cupy.cuda.Event(), cupy.cuda.Event()) for _ in range(job.repeats)]
-            for start, end in events:
-                start.record()
-                launch()
-                end.record()
-            events[-1][1].synchronize()
-            times = tuple(cupy.cuda.get_elapsed_time(start, end) for start, end in events)
+            timing = self._time(job, launch)
         except cuda_errors as exc:
             return answer(classify_cuda_error(str(exc)), f"{phase}: {exc}")
         except Exception:
             return answer(Status.RUNTIME, f"{phase}: {traceback.format_exc()}")
-        return answer(Status.OK, times_ms=times, verification_error=worst)
+        return answer(Status.OK, verification_error=worst, **timing)
+
+    def _time(self, job: LaunchJob, launch: Callable[[], None]) -> dict[str, Any]:
+        """Time launches in rounds until :func:`next_round` says stop; every time is kept.
+
+        Each timed launch sits between its own pair of events; the L2 flush (a memset of twice
+        the L2 on the same stream) comes before the start event, so it is never timed. The
+        clocks are read while the first round runs.
+        """
+        cupy = self.cupy
+        policy = job.policy
+        flush = self._flusher(job)
+        times: list[float] = []
+        pending = None
+        started = time.perf_counter()
+        while True:
+            plan = next_round(policy, times, time.perf_counter() - started)
+            if plan.count == 0:
+                break
+            events = [(cupy.cuda.Event(), cupy.cuda.Event()) for _ in range(plan.count)]
+            for start, end in events:
+                if flush is not None:
+                    flush()
+                start.record()
+                launch()
+                end.record()
+            if pending is None:
+                pending = self.clocks.start()
+            events[-1][1].synchronize()
+            times.extend(cupy.cuda.get_elapsed_time(start, end) for start, end in events)
+        return {
+            "times_ms": tuple(times),
+            "timing_precision": plan.precision,
+            "timing_stop": plan.reason,
+            "l2_flush": flush is not None,
+            "clocks": pending.result() if pending is not None else {},
+        }
+
+    def _flusher(self, job: LaunchJob) -> Callable[[], None] | None:
+        """A memset of a scratch buffer twice the L2's size, or None when not flushing."""
+        if not choose_l2_flush(job.l2_flush, self.working_set_bytes, self.l2_bytes):
+            return None
+        cupy = self.cupy
+        if self.flush_buffer is None:
+            size = 2 * self.l2_bytes if self.l2_bytes else _FALLBACK_FLUSH_BYTES
+            self.flush_buffer = cupy.empty(size, dtype=cupy.uint8)
+        pointer, size = self.flush_buffer.data.ptr, self.flush_buffer.nbytes
+        memset = cupy.cuda.runtime.memsetAsync
+
+        def flush() -> None:
+            memset(pointer, 0, size, cupy.cuda.get_current_stream().ptr)
+
+        return flush
 
     def _describe(self, name: str, error: float) -> str:
         if math.isinf(error) or math.isnan(error):

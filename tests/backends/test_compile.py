@@ -14,6 +14,7 @@ from surrotune.backends.compile import (
     KernelResources,
     compile_kernel,
     compile_many,
+    cubin_resources,
     nvcc_version,
     parse_ptxas_report,
 )
@@ -237,6 +238,31 @@ def test_register_limit_forces_spills_into_local_memory() -> None:
     assert resources.local_bytes > 0
     assert resources.local_bytes == resources.stack_frame_bytes
     assert resources.spill_store_bytes > 0 and resources.spill_load_bytes > 0
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90", "sm_100"])
+@pytest.mark.parametrize(
+    ("source", "name", "options"),
+    [(TRIVIAL, "add", ()), (TRIVIAL, "copy", ()), (SPILLS, "spill", ("-maxrregcount=32",))],
+)
+def test_the_cubin_alone_gives_the_resources_of_ptxas_report(
+    arch: str, source: str, name: str, options: tuple[str, ...]
+) -> None:
+    """Where a compiler's log has no ptxas report (NVRTC on some installs), the cubin's own
+    attributes give the same registers, static shared memory and stack frame."""
+    compiled = compile_kernel(CompileRequest(source, name, arch=arch, options=options))
+    reported = compiled.resources
+    read = cubin_resources(compiled.cubin, name)
+    assert read is not None
+    assert (read.registers, read.shared_static_bytes, read.local_bytes) == (
+        reported.registers,
+        reported.shared_static_bytes,
+        reported.local_bytes,
+    )
+    assert read.max_threads_per_block == reported.max_threads_per_block
+    assert cubin_resources(compiled.cubin, name + "_missing") is None
+    assert cubin_resources(b"not an ELF file", name) is None
 
 
 @pytest.mark.nvcc
