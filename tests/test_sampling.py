@@ -215,6 +215,7 @@ def test_brute_force_works_through_plain_optimize(space: SearchSpace) -> None:
     [
         ("random", optuna.samplers.RandomSampler),
         ("tpe", optuna.samplers.TPESampler),
+        ("tpe-multivariate", optuna.samplers.TPESampler),
         ("brute-force", FeasibleBruteForceSampler),
     ],
 )

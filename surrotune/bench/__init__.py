@@ -55,7 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--samplers", default=_DEFAULT_SAMPLERS,
-        help="comma-separated: random, tpe, gp, surrogate, brute-force, kt:<strategy> "
+        help="comma-separated: random, tpe, tpe-multivariate, gp, surrogate, brute-force, "
+        "kt:<strategy> "
         "(e.g. kt:genetic_algorithm; kt:all for the eight compared in issue 3); "
         "default %(default)s",
     )  # fmt: skip
@@ -82,6 +83,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"surrogate parts to switch off, each run as a variant: {', '.join(ABLATIONS)}",
     )  # fmt: skip
     parser.add_argument("--no-plots", action="store_true", help="skip the convergence plots")
+    parser.add_argument(
+        "--resume", action="store_true",
+        help="keep the runs already in OUTPUT/runs.jsonl that this command would repeat (same "
+        "sampler, dataset, seed and budget) and run only the others",
+    )  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
@@ -102,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
         ablate=ablate,
         command=_command_line(),
         plots=not args.no_plots,
+        resume=args.resume,
     )
     print(result.markdown.rstrip())
     print(f"\nwrote {args.output / 'bench.md'}, {args.output / 'runs.jsonl'}")

@@ -474,6 +474,7 @@ def run_bench(
     command: str | None = None,
     log: Callable[[str], None] | None = None,
     plots: bool = True,
+    resume: bool = False,
 ) -> BenchResult:
     """Run every (dataset, sampler, seed), write ``runs.jsonl``, ``bench.md`` and the plots.
 
@@ -491,6 +492,9 @@ def run_bench(
         command: the command line, quoted in the report.
         log: where progress lines go (default: stderr).
         plots: write the convergence plots (needs matplotlib).
+        resume: keep the records of ``out_dir/runs.jsonl`` that match a task (sampler label,
+            dataset, seed, budget) and run only the rest: a long benchmark survives an
+            interruption, and a changed sampler is re-run without re-running its peers.
     """
     from surrotune.bench import report
 
@@ -527,8 +531,17 @@ def run_bench(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     records: list[RunRecord] = []
+    all_tasks = tasks
+    if resume:
+        records = _resumable(out / "runs.jsonl", tasks)
+        kept = {(r.sampler, r.dataset, r.seed) for r in records}
+        tasks = [t for t in tasks if (t.sampler.label, _name_of(t), t.seed) not in kept]
+        if records:
+            say(f"surrotune bench: resuming: {len(records)} runs kept, {len(tasks)} to run")
     interrupted = False
     with (out / "runs.jsonl").open("w") as sink:
+        for record in records:
+            sink.write(record.to_json() + "\n")
 
         def done(record: RunRecord) -> None:
             records.append(record)
@@ -542,7 +555,7 @@ def run_bench(
             interrupted = True
             say("surrotune bench: interrupted; reporting the runs that finished")
     order = {(t.sampler.label, dataset_name(Path(t.dataset_path)), t.seed): i
-             for i, t in enumerate(tasks)}  # fmt: skip
+             for i, t in enumerate(all_tasks)}  # fmt: skip
     records.sort(key=lambda r: order.get((r.sampler, r.dataset, r.seed), len(order)))
     result = BenchResult(
         datasets=summaries,
@@ -562,6 +575,30 @@ def run_bench(
     )
     result.markdown = report.write_report(result, out, plots=plots)
     return result
+
+
+def _name_of(task: RunSpec) -> str:
+    return dataset_name(Path(task.dataset_path))
+
+
+def _resumable(path: Path, tasks: Sequence[RunSpec]) -> list[RunRecord]:
+    """The records of an earlier ``runs.jsonl`` that answer one of ``tasks`` exactly (runs that
+    errored are run again); nothing when the file does not exist."""
+    if not path.is_file():
+        return []
+    wanted = {(t.sampler.label, _name_of(t), t.seed, t.budget) for t in tasks}
+    kept: dict[tuple[str, str, int], RunRecord] = {}
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = RunRecord.from_json(line)
+        except (ValueError, TypeError) as exc:
+            raise BenchError(f"{path}: line {number}: not a run record ({exc})") from None
+        key = (record.sampler, record.dataset, record.seed, record.budget)
+        if key in wanted and record.stop_reason != "error":
+            kept[key[:3]] = record
+    return list(kept.values())
 
 
 def _execute(tasks: Sequence[RunSpec], jobs: int, done: Callable[[RunRecord], None]) -> None:

@@ -174,3 +174,25 @@ def test_kernel_tuner_strategies_in_simulation_mode(tiny: Path, tmp_path: Path) 
         assert runs[0] == runs[1]  # the same seed gives the same run
     with pytest.raises(BenchError, match="has no strategy 'nonsense'"):
         run_bench([tiny], "kt:nonsense", 5, 1, tmp_path / "out2")
+
+
+def test_resume_keeps_matching_runs_and_runs_only_the_rest(tiny: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    first = run_bench([tiny], "random", 5, 2, out, jobs=1, plots=False)
+    assert len(first.records) == 2
+    lines = (out / "runs.jsonl").read_text().splitlines()
+    # a broken run is run again; the other is kept as it was
+    broken = json.loads(lines[1])
+    broken["stop_reason"] = "error"
+    (out / "runs.jsonl").write_text(lines[0] + "\n" + json.dumps(broken) + "\n")
+    second = run_bench([tiny], "random,tpe", 5, 2, out, jobs=1, plots=False, resume=True)
+    assert len(second.records) == 4
+    assert second.records[0].to_json() == first.records[0].to_json()
+    assert [(r.sampler, r.seed) for r in second.records] == [
+        ("random", 0), ("random", 1), ("tpe", 0), ("tpe", 1)
+    ]
+    assert all(r.stop_reason != "error" for r in second.records)
+    assert len((out / "runs.jsonl").read_text().splitlines()) == 4
+    # another budget is another question: nothing is kept
+    third = run_bench([tiny], "random", 4, 1, out, jobs=1, plots=False, resume=True)
+    assert [r.budget for r in third.records] == [4]
