@@ -61,6 +61,7 @@ from surrotune.surrogate.features import (
     raw_values,
 )
 from surrotune.surrogate.performance import PerformanceModel, transform_objective
+from surrotune.verdicts import demoted_trials
 
 __all__ = ["SurrogateSampler"]
 
@@ -302,6 +303,7 @@ class SurrogateSampler(BaseSampler):
         if new:
             self._index_trials(new, table)
         obs = _Observed()
+        demoted = demoted_trials(study.user_attrs)
         for t in trials:
             key = self._trial_keys.get(t.number)
             if key is None:
@@ -310,7 +312,7 @@ class SurrogateSampler(BaseSampler):
                 obs.taken.add(key)
                 obs.pending.append(table.encoded_of(key))
                 continue
-            learned = _learned(t)
+            learned = _learned(t, demoted)
             if t.state.is_finished() and not t.user_attrs.get("interrupted"):
                 obs.taken.add(key)
             if learned is None:
@@ -377,6 +379,7 @@ class SurrogateSampler(BaseSampler):
         obs_configs: list[dict[str, Any]] = []
         obs = _Observed()
         pending_configs: list[dict[str, Any]] = []
+        demoted = demoted_trials(study.user_attrs)
         for t in study.get_trials(deepcopy=False):
             if t.number == trial.number:
                 continue
@@ -395,7 +398,7 @@ class SurrogateSampler(BaseSampler):
                 continue
             if t.state.is_finished() and not t.user_attrs.get("interrupted"):
                 obs.taken.add(key)
-            learned = _learned(t)
+            learned = _learned(t, demoted)
             if learned is None:
                 continue
             obs_configs.append(config)
@@ -633,11 +636,19 @@ class _Table:
         return np.isin(self.keys, np.concatenate(near))
 
 
-def _learned(trial: FrozenTrial) -> tuple[float | None, str] | None:
-    """``(value or None, status)`` of a trial the models learn from; None for the others."""
+def _learned(
+    trial: FrozenTrial, demoted: Mapping[int, Status] | None = None
+) -> tuple[float | None, str] | None:
+    """``(value or None, status)`` of a trial the models learn from; None for the others.
+
+    ``demoted``: trials that a verdict after the fact (a sanitizer finding, stored as a study
+    attribute because a finished trial cannot change) turned into failures of that status.
+    """
     attrs = trial.user_attrs
     if attrs.get("interrupted") or "duplicate_of" in attrs:
         return None
+    if demoted and trial.number in demoted:
+        return None, demoted[trial.number].value
     if trial.state == TrialState.COMPLETE:
         if trial.value is None or not math.isfinite(trial.value):
             return None

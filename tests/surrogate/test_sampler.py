@@ -10,11 +10,13 @@ import pytest
 from optuna.trial import TrialState
 
 from surrotune.backends.replay import ReplayBackend, load_dataset
+from surrotune.result import Status
 from surrotune.runner import Runner
 from surrotune.sampling import distributions
 from surrotune.space import SearchSpace
 from surrotune.surrogate import SurrogateSampler
 from surrotune.surrogate.sampler import GENERIC_FAILURE, _learned
+from surrotune.verdicts import SANITIZER_PREFIX, set_trial_verdict
 from tests.test_runner import write_kt_cache
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -136,6 +138,30 @@ def test_which_trials_are_learned() -> None:
     assert _learned(frozen(TrialState.FAIL, status="resource", interrupted=True)) is None
     assert _learned(frozen(TrialState.FAIL, status="resource", duplicate_of=0)) is None
     assert _learned(frozen(TrialState.COMPLETE, 2.0, status="ok", duplicate_of=0)) is None
+    # a sanitizer finding after the fact (a study attribute) makes a COMPLETE trial a failure
+    complete = frozen(TrialState.COMPLETE, 2.0, status="ok")
+    demoted = {complete.number: Status.CORRECTNESS}
+    assert _learned(complete, demoted) == (None, "correctness")
+    assert _learned(complete, {complete.number + 1: Status.RUNTIME}) == (2.0, "ok")
+
+
+def test_the_models_learn_a_demoted_trial_as_a_failure(tmp_path: Path) -> None:
+    runner, _ = space_study(tmp_path, [])
+    runner.trials = 12
+    runner.run()
+    study = runner.study
+    best = min((t for t in study.get_trials() if t.value is not None), key=lambda t: t.value)
+    set_trial_verdict(
+        study, SANITIZER_PREFIX, best.number, {"outcome": "finding", "status": "runtime"}
+    )
+    sampler = study.sampler
+    assert isinstance(sampler, SurrogateSampler)
+    probe = study.ask()
+    obs = sampler._observe_space(study, study._storage.get_trial(probe._trial_id), sampler._table)
+    learned = dict(zip(obs.numbers, zip(obs.values, obs.statuses, strict=True), strict=True))
+    assert learned[best.number] == (None, "runtime")
+    ok = [t for t in study.get_trials() if t.value is not None and t.params]
+    assert sum(v is not None for v, _ in learned.values()) == len(ok) - 1
 
 
 def test_local_share_walks_the_coordinates_of_the_best(tmp_path: Path) -> None:
