@@ -12,6 +12,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import optuna
 
@@ -148,18 +149,9 @@ def _run(args: argparse.Namespace) -> int:
         )
     if args.trials is not None and args.trials < 1:
         raise session.SetupError(f"--trials must be at least 1, got {args.trials}")
-    overrides = {
-        "trials": args.trials,
-        "timeout_s": args.timeout,
-        "sampler": args.sampler,
-        "seed": args.seed,
-        "batch_size": args.batch_size,
-        "backend": args.backend,
-        "dataset": args.dataset.resolve() if args.dataset else None,
-        "url": args.storage,
-        "study": args.study,
-    }
-    overrides = {k: v for k, v in overrides.items() if v is not None}
+    overrides = _overrides(args)
+    if args.trials is not None:
+        overrides["trials"] = args.trials
     if args.remeasure == 1 or args.remeasure < 0 or args.remeasure_rounds < 1:
         raise session.SetupError(
             "--remeasure must be 0 (off) or at least 2, and --remeasure-rounds at least 1; got "
@@ -223,13 +215,9 @@ def _shared_storage(args: argparse.Namespace, count: int) -> str:
     return workers.shared_storage_url(storage_url(experiment.storage.url), default, count)
 
 
-def _worker(args: argparse.Namespace) -> int:
-    """``surrotune worker``: join a running (or finished) study until its budget is spent."""
-    if args.experiment is None and args.dataset is None:
-        raise session.SetupError(
-            "give the study's experiment file, or --dataset FILE for a replayed recording"
-        )
-    overrides = {
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The experiment settings that ``run`` and ``worker`` options override, where given."""
+    given = {
         "timeout_s": args.timeout,
         "sampler": args.sampler,
         "seed": args.seed,
@@ -239,7 +227,16 @@ def _worker(args: argparse.Namespace) -> int:
         "url": args.storage,
         "study": args.study,
     }
-    overrides = {k: v for k, v in overrides.items() if v is not None}
+    return {k: v for k, v in given.items() if v is not None}
+
+
+def _worker(args: argparse.Namespace) -> int:
+    """``surrotune worker``: join a running (or finished) study until its budget is spent."""
+    if args.experiment is None and args.dataset is None:
+        raise session.SetupError(
+            "give the study's experiment file, or --dataset FILE for a replayed recording"
+        )
+    overrides = _overrides(args)
     # no --seed: a fresh one, not the file's, which every worker on every host would share
     overrides["seed"] = args.seed
     devices = _devices(args)

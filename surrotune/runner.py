@@ -151,6 +151,33 @@ class RunSummary:
     wall_time_s: float
     simulated_time_ms: float | None
 
+    @classmethod
+    def of(
+        cls,
+        study: Study,
+        state: StudyState,
+        *,
+        initial: int,
+        interrupted: bool,
+        stop_reason: str,
+        wall_time_s: float,
+        simulated_time_ms: float | None = None,
+    ) -> RunSummary:
+        """The summary of ``study`` as ``state`` reads it, ``initial`` evaluations before."""
+        return cls(
+            study_name=study.study_name,
+            direction=study.direction.name.lower(),
+            evaluations=state.evaluations,
+            new_evaluations=state.evaluations - initial,
+            counts=dict(state.counts),
+            duplicates=state.duplicates,
+            best=state.best,
+            interrupted=interrupted,
+            stop_reason=stop_reason,
+            wall_time_s=wall_time_s,
+            simulated_time_ms=simulated_time_ms,
+        )
+
 
 ProgressFactory = Callable[[int, int], Any]
 
@@ -314,19 +341,11 @@ class Runner:
             if bar is not None:
                 self._show(bar, state, force=True)
                 bar.close()
-        return RunSummary(
-            study_name=self.study.study_name,
-            direction=self.study.direction.name.lower(),
-            evaluations=state.evaluations,
-            new_evaluations=state.evaluations - initial,
-            counts=dict(state.counts),
-            duplicates=state.duplicates,
-            best=state.best,
-            interrupted=interrupted,
-            stop_reason=stop_reason,
-            wall_time_s=time.monotonic() - start,
+        return RunSummary.of(
+            self.study, state, initial=initial, interrupted=interrupted,
+            stop_reason=stop_reason, wall_time_s=time.monotonic() - start,
             simulated_time_ms=getattr(self.backend, "simulated_time_ms", None),
-        )
+        )  # fmt: skip
 
     def _batch(self, size: int, state: StudyState, bar: Any) -> bool:
         """Evaluate and tell one batch: the one asked ahead during the previous call, else a new

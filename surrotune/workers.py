@@ -420,19 +420,10 @@ def launch(
         reason = "budget"
     elif interrupted:
         reason = "interrupted"
-    summary = RunSummary(
-        study_name=tuning.study.study_name,
-        direction=tuning.study.direction.name.lower(),
-        evaluations=state.evaluations,
-        new_evaluations=state.evaluations - initial,
-        counts=dict(state.counts),
-        duplicates=state.duplicates,
-        best=state.best,
-        interrupted=interrupted,
-        stop_reason=reason,
+    summary = RunSummary.of(
+        tuning.study, state, initial=initial, interrupted=interrupted, stop_reason=reason,
         wall_time_s=time.monotonic() - start,
-        simulated_time_ms=None,
-    )
+    )  # fmt: skip
     print(format_summary(tuning, summary))
     print("Evaluations by worker:")
     for who, count in evaluations_by_worker(tuning.study, tuning.space):

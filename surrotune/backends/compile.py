@@ -270,23 +270,7 @@ _EIFMT_SVAL = 0x04  # attribute with a u16 size and a payload; the other formats
 
 def _elf_sections(cubin: bytes) -> dict[str, tuple[int, int]]:
     """Section name -> (offset, size) of a little-endian ELF64 cubin; {} for anything else."""
-    if len(cubin) < 64 or cubin[:4] != b"\x7fELF" or cubin[4] != 2 or cubin[5] != 1:
-        return {}
-    try:
-        (shoff,) = struct.unpack_from("<Q", cubin, 0x28)
-        shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
-        headers = [
-            struct.unpack_from("<IIQQQQ", cubin, shoff + i * shentsize) for i in range(shnum)
-        ]
-        strtab = headers[shstrndx][4]
-        sections: dict[str, tuple[int, int]] = {}
-        for name_offset, _type, _flags, _addr, offset, size in headers:
-            start = strtab + name_offset
-            name = cubin[start : cubin.index(b"\0", start)].decode("ascii", "replace")
-            sections[name] = (offset, size)
-        return sections
-    except (struct.error, IndexError, ValueError):
-        return {}
+    return {name: (offset, size) for name, (offset, size, _) in _section_headers(cubin).items()}
 
 
 def _cubin_kernel_info(cubin: bytes, kernel_name: str) -> tuple[int | None, int | None]:
