@@ -175,6 +175,7 @@ def make_sampler(
             seed=seed,
             use_classifier="classifier" not in ablate,
             pending_weight=0.0 if "diversity" in ablate else 0.5,
+            explore_share=0.0 if "diversity" in ablate else 0.2,
             diversity_weight=0.0,
             pairwise="features" not in ablate,
         )

@@ -189,3 +189,22 @@ def test_local_share_walks_the_coordinates_of_the_best(tmp_path: Path) -> None:
         if untried:
             differing = sum(trials[i].params[n] != best[n] for n in space.names)
             assert differing == 1, (i, trials[i].params, best)
+
+
+def test_explore_share_takes_the_farthest_of_the_candidates_the_model_believes_in() -> None:
+    """With explore_share=1 every proposal goes to the candidate farthest from anything
+    evaluated among the best-predicted tenth that the feasibility gate lets through."""
+    import numpy as np
+
+    sampler = SurrogateSampler(seed=0, explore_share=1.0, explore_top=0.1)
+    n = 100
+    mean = np.arange(n, dtype=float)  # candidates 0..9 are the believed best tenth
+    near = np.zeros(n)
+    near[[3, 5, 50]] = [0.4, 0.9, 5.0]  # 50 is far but predicted poor
+    p_ok = np.ones(n)
+    p_ok[5] = 0.01  # the gate keeps 5 out
+    choice = sampler._choose(
+        None, None, mean, np.zeros(n), p_ok, near, np.full(n, np.inf), None,  # type: ignore[arg-type]
+        np.random.default_rng(0),
+    )  # fmt: skip
+    assert choice == 3
