@@ -34,7 +34,7 @@ import struct
 import subprocess
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,9 +50,12 @@ __all__ = [
     "NvccCompiler",
     "compile_kernel",
     "compile_many",
+    "cubin_resources",
+    "kernel_resources",
     "make_compiler",
     "nvcc_version",
     "parse_ptxas_report",
+    "run_process_group",
     "usable_cpus",
 ]
 
@@ -268,34 +271,44 @@ _EIATTR_MAX_THREADS = 0x05  # __launch_bounds__ maximum, three u32 (x, y, z)
 _EIFMT_SVAL = 0x04  # attribute with a u16 size and a payload; the other formats are 4 bytes
 
 
-def _elf_sections(cubin: bytes) -> dict[str, tuple[int, int]]:
-    """Section name -> (offset, size) of a little-endian ELF64 cubin; {} for anything else."""
-    return {name: (offset, size) for name, (offset, size, _) in _section_headers(cubin).items()}
+def _nv_info(cubin: bytes, section: tuple[int, int, int]) -> Iterator[tuple[int, int, int]]:
+    """(attribute, payload offset, payload length) of each sized entry of a ``.nv.info``
+    section; the other entry formats are 4 bytes with no payload and are skipped."""
+    offset, size, _ = section
+    pos, end = offset, offset + size
+    while pos + 4 <= end:
+        fmt, attr = cubin[pos], cubin[pos + 1]
+        if fmt != _EIFMT_SVAL:
+            pos += 4
+            continue
+        (length,) = struct.unpack_from("<H", cubin, pos + 2)
+        yield attr, pos + 4, length
+        pos += 4 + length
+
+
+def _kernel_info(
+    cubin: bytes, sections: Mapping[str, tuple[int, int, int]], kernel_name: str
+) -> tuple[int, int | None]:
+    """(constant bytes, max threads per block from __launch_bounds__) of a parsed cubin."""
+    constant = 0
+    for name, (_offset, size, _info) in sections.items():
+        if name == f".nv.constant0.{kernel_name}" or re.fullmatch(r"\.nv\.constant[1-9]\d*", name):
+            constant += size
+    max_threads = None
+    info = sections.get(f".nv.info.{kernel_name}", (0, 0, 0))
+    for attr, payload, length in _nv_info(cubin, info):
+        if attr == _EIATTR_MAX_THREADS and length >= 12:
+            x, y, z = struct.unpack_from("<III", cubin, payload)
+            max_threads = x * y * z
+    return constant, max_threads
 
 
 def _cubin_kernel_info(cubin: bytes, kernel_name: str) -> tuple[int | None, int | None]:
     """(constant bytes, max threads per block from __launch_bounds__) read from the cubin."""
-    sections = _elf_sections(cubin)
+    sections = _section_headers(cubin)
     if not sections:
         return None, None
-    constant = 0
-    for name, (_offset, size) in sections.items():
-        if name == f".nv.constant0.{kernel_name}" or re.fullmatch(r"\.nv\.constant[1-9]\d*", name):
-            constant += size
-    max_threads = None
-    offset, size = sections.get(f".nv.info.{kernel_name}", (0, 0))
-    pos, end = offset, offset + size
-    while pos + 4 <= end:
-        fmt, attr = cubin[pos], cubin[pos + 1]
-        if fmt == _EIFMT_SVAL:
-            (length,) = struct.unpack_from("<H", cubin, pos + 2)
-            if attr == _EIATTR_MAX_THREADS and length >= 12:
-                x, y, z = struct.unpack_from("<III", cubin, pos + 4)
-                max_threads = x * y * z
-            pos += 4 + length
-        else:
-            pos += 4
-    return constant, max_threads
+    return _kernel_info(cubin, sections, kernel_name)
 
 
 _EIATTR_FRAME_SIZE = 0x11  # in .nv.info: (symbol index, per-thread stack frame bytes)
@@ -326,19 +339,11 @@ def _section_headers(cubin: bytes) -> dict[str, tuple[int, int, int]]:
 
 def _symbol_attributes(cubin: bytes, section: tuple[int, int, int]) -> dict[int, dict[int, int]]:
     """attribute -> {symbol index: value} for the (symbol, u32) attributes of a .nv.info."""
-    offset, size, _ = section
     found: dict[int, dict[int, int]] = {}
-    pos, end = offset, offset + size
-    while pos + 4 <= end:
-        fmt, attr = cubin[pos], cubin[pos + 1]
-        if fmt != _EIFMT_SVAL:
-            pos += 4
-            continue
-        (length,) = struct.unpack_from("<H", cubin, pos + 2)
+    for attr, payload, length in _nv_info(cubin, section):
         if length == 8 and attr in (_EIATTR_FRAME_SIZE, _EIATTR_REGCOUNT):
-            symbol, value = struct.unpack_from("<II", cubin, pos + 4)
+            symbol, value = struct.unpack_from("<II", cubin, payload)
             found.setdefault(attr, {})[symbol] = value
-        pos += 4 + length
     return found
 
 
@@ -367,7 +372,7 @@ def cubin_resources(cubin: bytes, kernel_name: str) -> KernelResources | None:
     shared = sections.get(f".nv.shared.{kernel_name}", (0, 0, 0))[1]
     if ".nv.shared.reserved.0" in sections and shared >= _RESERVED_SHARED_BYTES:
         shared -= _RESERVED_SHARED_BYTES
-    constant, max_threads = _cubin_kernel_info(cubin, kernel_name)
+    constant, max_threads = _kernel_info(cubin, sections, kernel_name)
     return KernelResources(
         registers=registers,
         shared_static_bytes=shared,
@@ -375,7 +380,22 @@ def cubin_resources(cubin: bytes, kernel_name: str) -> KernelResources | None:
         stack_frame_bytes=frame,
         spill_store_bytes=0,
         spill_load_bytes=0,
-        constant_bytes=constant or 0,
+        constant_bytes=constant,
+        max_threads_per_block=max_threads,
+    )
+
+
+def kernel_resources(log: str, cubin: bytes, kernel_name: str) -> KernelResources | None:
+    """The kernel's resources: ptxas' report in ``log`` completed from the cubin (constant
+    bytes, ``__launch_bounds__``), or, where the log has no report for the kernel, the cubin
+    alone (:func:`cubin_resources`); None when neither knows the kernel."""
+    reported = parse_ptxas_report(log, kernel_name)
+    if reported is None:
+        return cubin_resources(cubin, kernel_name)
+    constant, max_threads = _cubin_kernel_info(cubin, kernel_name)
+    return dataclasses.replace(
+        reported,
+        constant_bytes=reported.constant_bytes if constant is None else constant,
         max_threads_per_block=max_threads,
     )
 
@@ -400,22 +420,25 @@ def nvcc_version(nvcc: str = "nvcc") -> str:
     return done.stdout.strip()
 
 
-def _run(command: list[str], cwd: str, timeout_s: float) -> tuple[int | None, str]:
-    """Run nvcc in its own process group; on timeout kill the group (cicc, ptxas) and say None.
+def run_process_group(
+    command: Sequence[str], timeout_s: float, *, cwd: str | None = None
+) -> tuple[int | None, str]:
+    """Run ``command`` in its own process group and return its exit code (None on timeout) and
+    its combined output; on timeout the whole group is killed.
 
-    Killing only nvcc would leave its children holding the pipes, and the wait would hang.
+    Killing only the leader (nvcc, compute-sanitizer) would leave its children (cicc and ptxas,
+    the sanitized Python) holding the pipes, and the wait would hang. Raises FileNotFoundError
+    when the executable does not exist.
     """
-    try:
-        process = subprocess.Popen(
-            command,
-            cwd=cwd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
-    except FileNotFoundError as exc:
-        raise _nvcc_missing(command[0]) from exc
+    process = subprocess.Popen(
+        command,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        start_new_session=True,
+    )
     try:
         output, _ = process.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -424,6 +447,14 @@ def _run(command: list[str], cwd: str, timeout_s: float) -> tuple[int | None, st
         output, _ = process.communicate()
         return None, output or ""
     return process.returncode, output or ""
+
+
+def _run(command: list[str], cwd: str, timeout_s: float) -> tuple[int | None, str]:
+    """Run nvcc (see :func:`run_process_group`); a missing nvcc is not a compile error."""
+    try:
+        return run_process_group(command, timeout_s, cwd=cwd)
+    except FileNotFoundError as exc:
+        raise _nvcc_missing(command[0]) from exc
 
 
 def _read_cache(directory: Path, key: str, kernel_name: str) -> CompiledKernel | None:
@@ -530,7 +561,7 @@ def _compile_uncached(
             # a positive exit code is the compiler's verdict; a signal (OOM kill) is not
             return error, returncode > 0
         cubin = Path(workdir, "kernel.cubin").read_bytes()
-    resources = parse_ptxas_report(log, request.kernel_name)
+    resources = kernel_resources(log, cubin, request.kernel_name)
     if resources is None:
         compiled = sorted({m[1] for m in _ENTRY.finditer(log)})
         message = (
@@ -538,12 +569,6 @@ def _compile_uncached(
             f'(it has: {", ".join(compiled) or "none"}); declare it extern "C" __global__'
         )
         return CompileError(message, compile_time_ms=elapsed_ms, log=log), True
-    constant, max_threads = _cubin_kernel_info(cubin, request.kernel_name)
-    resources = dataclasses.replace(
-        resources,
-        constant_bytes=resources.constant_bytes if constant is None else constant,
-        max_threads_per_block=max_threads,
-    )
     kernel = CompiledKernel(
         cubin=cubin,
         kernel_name=request.kernel_name,

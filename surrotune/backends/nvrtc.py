@@ -30,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
-import dataclasses
 import glob
 import importlib.util
 import itertools
@@ -54,12 +53,10 @@ from surrotune.backends.compile import (
     CompiledKernel,
     CompileError,
     CompileRequest,
-    _cubin_kernel_info,
     _read_cache,
     _useful_lines,
     _write_cache,
-    cubin_resources,
-    parse_ptxas_report,
+    kernel_resources,
     usable_cpus,
 )
 from surrotune.errors import SurrotuneError
@@ -394,7 +391,7 @@ def _kernel(
     request: CompileRequest, symbol: str, cubin: bytes, log: str, elapsed_ms: float
 ) -> CompiledKernel | CompileError:
     """The compiled kernel with its resources, read as for nvcc (ptxas report, then the cubin)."""
-    resources = parse_ptxas_report(log, symbol) or cubin_resources(cubin, symbol)
+    resources = kernel_resources(log, cubin, symbol)
     if resources is None:
         compiled = sorted({m[1] for m in _ENTRY.finditer(log)})
         message = (
@@ -402,12 +399,6 @@ def _kernel(
             f"{request.kernel_name!r} (it has: {', '.join(compiled) or 'none'})"
         )
         return CompileError(message, compile_time_ms=elapsed_ms, log=log)
-    constant, max_threads = _cubin_kernel_info(cubin, symbol)
-    resources = dataclasses.replace(
-        resources,
-        constant_bytes=resources.constant_bytes if constant is None else constant,
-        max_threads_per_block=max_threads,
-    )
     return CompiledKernel(
         cubin=cubin,
         kernel_name=symbol,

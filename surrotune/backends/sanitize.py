@@ -36,8 +36,6 @@ import os
 import pickle
 import re
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -49,7 +47,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 import optuna
 
-from surrotune.backends.compile import CompileError, CompileRequest
+from surrotune.backends.compile import CompileError, CompileRequest, run_process_group
 from surrotune.experiment import Experiment
 from surrotune.result import ParamValue, Status
 from surrotune.template import Template
@@ -326,22 +324,7 @@ def run_sanitizer(
         "surrotune.backends.sanitize",
         str(job_path),
     ]
-    process = subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        errors="replace",
-        start_new_session=True,
-    )
-    try:
-        output, _ = process.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        output, _ = process.communicate()
-        return None, output or ""
-    return process.returncode, output or ""
+    return run_process_group(command, timeout_s)
 
 
 class CudaSanitizer:

@@ -554,8 +554,7 @@ def run_bench(
         except KeyboardInterrupt:
             interrupted = True
             say("surrotune bench: interrupted; reporting the runs that finished")
-    order = {(t.sampler.label, dataset_name(Path(t.dataset_path)), t.seed): i
-             for i, t in enumerate(all_tasks)}  # fmt: skip
+    order = {(t.sampler.label, _name_of(t), t.seed): i for i, t in enumerate(all_tasks)}
     records.sort(key=lambda r: order.get((r.sampler, r.dataset, r.seed), len(order)))
     result = BenchResult(
         datasets=summaries,
