@@ -573,7 +573,7 @@ def launch_once(job: SanitizeJob) -> int:
     """
     import cupy
 
-    from surrotune.backends.worker import create_inputs, poison
+    from surrotune.backends.worker import create_inputs, reset_output
 
     cupy.cuda.set_allocator(None)
     cupy.cuda.Device(job.device_id).use()
@@ -585,7 +585,7 @@ def launch_once(job: SanitizeJob) -> int:
     }
     for arg in experiment.arguments:
         if arg.output or arg.fill == "output":
-            poison(device[arg.name])
+            reset_output(device[arg.name], arg.fill)
     module = cupy.cuda.function.Module()
     module.load(job.cubin)
     function = module.get_function(job.kernel_name)

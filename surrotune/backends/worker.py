@@ -68,6 +68,7 @@ __all__ = [
     "fill_array",
     "load_reference",
     "poison",
+    "reset_output",
     "poison_value",
     "relative_l2_error",
 ]
@@ -403,6 +404,16 @@ def poison(array: Any) -> None:
         array.view(np.uint8).fill(0xFF)
     else:
         array.fill(value)
+
+
+def reset_output(array: Any, fill: str) -> None:
+    """Prepare an output (or scratch) argument for a check, in place: zeros when its ``fill`` is
+    ``zeros`` (an accumulating kernel: atomics, split-K, a sum), else :func:`poison`, so that an
+    element the kernel never writes fails the check."""
+    if fill == "zeros":
+        array.fill(0)
+    else:
+        poison(array)
 
 
 def fill_array(
@@ -819,6 +830,7 @@ def cuda_worker(init: CudaWorkerInit) -> tuple[dict[str, Any], Callable[[LaunchJ
             for arg in experiment.arguments
             if arg.output or arg.fill == "output"
         },
+        fills={arg.name: arg.fill for arg in experiment.arguments},
         expected=expected,
         rtol=rtol,
     )
@@ -844,7 +856,8 @@ class _CudaState:
 
     cupy: Any
     args: tuple[Any, ...]
-    poisoned: dict[str, Any]  # outputs (and scratch buffers), poisoned before each check
+    poisoned: dict[str, Any]  # outputs (and scratch buffers), reset before each check
+    fills: dict[str, str]  # by argument name: "zeros" outputs are zeroed, the others poisoned
     expected: dict[str, np.ndarray]  # by output name
     rtol: float
     working_set_bytes: int = 0  # every array argument: what a launch touches at most
@@ -887,8 +900,8 @@ class _CudaState:
                 function(job.grid, job.block, self.args, shared_mem=job.dynamic_shared_bytes)
 
             phase = "preparing the outputs"
-            for array in self.poisoned.values():
-                poison(array)
+            for name, array in self.poisoned.items():
+                reset_output(array, self.fills[name])
             phase = "launching"
             launch()
             phase = "running"

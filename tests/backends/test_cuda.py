@@ -35,6 +35,7 @@ from surrotune.backends.worker import (
     create_inputs,
     fill_array,
     poison,
+    reset_output,
     relative_l2_error,
 )
 from surrotune.experiment import Experiment, LaunchSpec, load_experiment
@@ -336,6 +337,19 @@ def test_poison() -> None:
     assert np.all(
         np.isnan(fill_array((3,), np.dtype("float64"), "output", np.random.default_rng()))
     )
+
+
+def test_reset_output_zeroes_accumulating_outputs_and_poisons_the_rest() -> None:
+    """An output declared ``fill = "zeros"`` (a kernel that accumulates into it with atomics)
+    starts each check at zero; every other output starts poisoned."""
+    summed = np.full(3, 7.0, np.float32)
+    reset_output(summed, "zeros")
+    assert np.all(summed == 0)
+    written = np.full(3, 7.0, np.float32)
+    reset_output(written, "output")
+    assert np.all(np.isnan(written))
+    reset_output(written, "random")
+    assert np.all(np.isnan(written))
 
 
 def test_create_inputs(vadd: Experiment) -> None:
