@@ -274,6 +274,9 @@ class CudaBackend:
             workers=experiment.evaluation.compile_workers,
             nvcc=nvcc,
         )
+        warm_up = getattr(self.compiler, "warm_up", None)
+        if warm_up is not None:  # NVRTC's pool starts while the GPU worker does
+            warm_up()
         self._worker = worker_factory(experiment, device_id)
         self._device: dict[str, Any] | None = None  # the same for every worker on this GPU
         #: compiles started by prepare() and not yet taken by evaluate()

@@ -508,6 +508,7 @@ class NvrtcCompiler:
         self._woken = False
         self._wake_r, self._wake_w = self._context.Pipe(duplex=False)
         self._thread: threading.Thread | None = None
+        self._warm = False  # start every child now, not as the queue grows
         self.started_processes = 0  #: children started so far (replacements included)
 
     @property
@@ -516,6 +517,25 @@ class NvrtcCompiler:
         if self._version is None:
             self._version = NvrtcLibrary(self.library).version_text
         return self._version
+
+    def warm_up(self) -> None:
+        """Start all ``workers`` children now, in the background, so that their start (spawn,
+        import, loading NVRTC: about a second with 16 at once) overlaps the GPU worker's and the
+        sampler's, instead of delaying the first batch's compiles."""
+        with self._lock:
+            if self._closed:
+                return
+            self._warm = True
+            self._start_dispatcher()
+        self._wake()
+
+    def _start_dispatcher(self) -> None:
+        """Start the dispatcher thread once (the caller holds the lock)."""
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._dispatch, name="surrotune-nvrtc", daemon=True
+            )
+            self._thread.start()
 
     def submit(self, request: CompileRequest) -> Future[CompiledKernel | CompileError]:
         """Start compiling ``request``; a cache hit is answered at once."""
@@ -536,11 +556,7 @@ class NvrtcCompiler:
                 future.set_exception(self._broken)
                 return future
             self._queue.append(_Job(key, request, future))
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._dispatch, name="surrotune-nvrtc", daemon=True
-                )
-                self._thread.start()
+            self._start_dispatcher()
         self._wake()
         return future
 
@@ -595,7 +611,8 @@ class NvrtcCompiler:
             queued = len(self._queue)
         idle = [c for c in self._children if c.ready and c.job is None]
         starting = sum(1 for c in self._children if not c.ready)
-        for _ in range(min(queued - len(idle) - starting, self.workers - len(self._children))):
+        wanted = self.workers if self._warm else queued - len(idle) - starting
+        for _ in range(min(wanted, self.workers - len(self._children))):
             self._spawn()
         for child in idle:
             job = self._next_job()

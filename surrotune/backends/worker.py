@@ -68,9 +68,9 @@ __all__ = [
     "fill_array",
     "load_reference",
     "poison",
-    "reset_output",
     "poison_value",
     "relative_l2_error",
+    "reset_output",
 ]
 
 #: A worker target runs in the child: ``target(init) -> (hello, handle)``. ``hello`` is sent to

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -314,3 +315,24 @@ def test_nvrtc_and_nvcc_agree_on_gemm_resources(nvrtc: NvrtcCompiler) -> None:
         # NVRTC's cubin also holds the namespace-scope constants as device data, so its constant
         # banks are somewhat larger; the parameter bank they share is the same
         assert a.constant_bytes >= b.constant_bytes
+
+
+@needs_nvrtc
+def test_warm_up_starts_every_process_before_the_first_request() -> None:
+    """The pool's start overlaps the GPU worker's: after warm_up, all children get ready with
+    nothing submitted, and the first requests find them ready (no new process is started)."""
+    with NvrtcCompiler(workers=2) as compiler:
+        compiler.warm_up()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            children = list(compiler._children)
+            if len(children) == 2 and all(child.ready for child in children):
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError("the warmed-up pool did not get ready within 60 s")
+        assert compiler.started_processes == 2
+        sources = [KERNEL.replace("a;", f"a + {i}.5f;") for i in range(3)]
+        futures = [compiler.submit(CompileRequest(s, "scale", "sm_90")) for s in sources]
+        assert all(isinstance(f.result(timeout=120), CompiledKernel) for f in futures)
+        assert compiler.started_processes == 2
