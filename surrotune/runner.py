@@ -20,8 +20,8 @@ from __future__ import annotations
 import math
 import signal
 import time
-from collections import Counter
-from collections.abc import Callable, Mapping
+from collections import Counter, deque
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any, Protocol
@@ -43,6 +43,7 @@ __all__ = [
     "RunSummary",
     "Runner",
     "StudyState",
+    "batches_ahead",
     "is_measurement",
     "read_study",
 ]
@@ -219,6 +220,15 @@ class _Batch:
         return [dict(self.asked[i].params) for i in self.to_measure]
 
 
+def batches_ahead(backend: Backend, batch_size: int) -> int:
+    """How many batches to ask ahead for ``backend``: enough that two compiles per compile
+    process wait behind the batch being measured (one when it does not say how many it runs)."""
+    workers = getattr(backend, "compile_workers", None)
+    if not isinstance(backend, Prepares) or not workers:
+        return 1
+    return max(1, math.ceil(2 * workers / max(1, batch_size)))
+
+
 class Runner:
     """Drives one study with one backend until ``trials`` evaluations are stored.
 
@@ -232,6 +242,11 @@ class Runner:
         progress: a factory ``(total, initial) -> tqdm-like`` or None for silence.
         coordinator: set where other workers share the study: the budget is the study's, so
             each batch is claimed from it first (see :class:`Claims`).
+        ask_ahead: batches asked and handed to a backend that :class:`Prepares` (compiles
+            ahead) while the current one is evaluated. One keeps the compile pool busy while the
+            GPU measures; more keep it busy while one slow compile holds the current batch back
+            (a kernel that ptxas refuses can take ten times the median), at the price of proposals
+            made with fewer results known (the sampler sees them as pending).
     """
 
     def __init__(
@@ -245,6 +260,7 @@ class Runner:
         batch_size: int = 8,
         progress: ProgressFactory | None = None,
         coordinator: Claims | None = None,
+        ask_ahead: int = 1,
     ) -> None:
         self.study = study
         self.space = space
@@ -256,7 +272,8 @@ class Runner:
         self.coordinator = coordinator
         self._distributions = distributions(space)
         self._preparer = backend if isinstance(backend, Prepares) else None
-        self._ahead: _Batch | None = None  # asked and prepared while the previous one runs
+        self.ask_ahead = max(0, ask_ahead)
+        self._ahead: deque[_Batch] = deque()  # asked and prepared while an earlier one runs
         self._started = 0.0
         self._stop_requested = False
         self._last_shown = 0.0
@@ -350,10 +367,10 @@ class Runner:
     def _batch(self, size: int, state: StudyState, bar: Any) -> bool:
         """Evaluate and tell one batch: the one asked ahead during the previous call, else a new
         one of ``size``. False when the sampler has nothing left."""
-        batch, self._ahead = self._ahead, None
+        batch = self._ahead.popleft() if self._ahead else None
         fresh = batch is None
         if batch is None:
-            batch = self._ask(size, state, None)
+            batch = self._ask(size, state, [])
         if not batch.asked:
             return False
         try:
@@ -362,7 +379,11 @@ class Runner:
                 if fresh and batch.to_measure:
                     self._preparer.prepare(batch.configs())
                 if self.coordinator is None:  # a shared budget is claimed one batch at a time
-                    self._ahead = self._ask_ahead(batch, state)
+                    while len(self._ahead) < self.ask_ahead:
+                        ahead = self._ask_ahead([batch, *self._ahead], state)
+                        if ahead is None:
+                            break
+                        self._ahead.append(ahead)
             measured = self.backend.evaluate(batch.configs())
         except BaseException:  # a second Ctrl-C or an error: redo on resume
             self._interrupt(batch.asked)
@@ -371,12 +392,12 @@ class Runner:
         self._show(bar, state)
         return True
 
-    def _ask(self, size: int, state: StudyState, in_flight: _Batch | None) -> _Batch:
+    def _ask(self, size: int, state: StudyState, in_flight: Sequence[_Batch]) -> _Batch:
         """Ask up to ``size`` trials and sort them.
 
         A configuration that breaks a constraint, or was measured before, is answered from the
-        study; a repeat within the batch, or of one that ``in_flight`` is measuring, waits for
-        that measurement; the rest go to the backend.
+        study; a repeat within the batch, or of one that an ``in_flight`` batch is measuring,
+        waits for that measurement; the rest go to the backend.
         """
         batch = _Batch([])
         try:
@@ -402,7 +423,7 @@ class Runner:
                     batch.duplicates[i] = first.number
                 elif key in batch.keys:
                     batch.duplicates[i] = -1 - batch.keys[key]  # resolved after measuring
-                elif in_flight is not None and key in in_flight.keys:
+                elif any(key in earlier.keys for earlier in in_flight):
                     batch.waiting[i] = key
                 else:
                     batch.keys[key] = i
@@ -412,23 +433,24 @@ class Runner:
             raise
         return batch
 
-    def _ask_ahead(self, current: _Batch, state: StudyState) -> _Batch | None:
-        """Ask the next batch and have the backend prepare it, while ``current`` is evaluated.
+    def _ask_ahead(self, in_flight: Sequence[_Batch], state: StudyState) -> _Batch | None:
+        """Ask the next batch and have the backend prepare it, while the ``in_flight`` batches
+        (the one evaluated now, then those asked ahead of it) are evaluated.
 
-        Only as many trials as the budget and the feasible space leave once ``current`` is
+        Only as many trials as the budget and the feasible space leave once ``in_flight`` is
         counted, and none after a Ctrl-C or past the timeout.
         """
         if self._stop_requested:
             return None
         if self.timeout_s is not None and time.monotonic() - self._started >= self.timeout_s:
             return None
-        in_flight = len(current.to_measure)
-        room = self.trials - state.evaluations - in_flight
+        measuring = sum(len(batch.to_measure) for batch in in_flight)
+        room = self.trials - state.evaluations - measuring
         if self._feasible_count is not None:
-            room = min(room, self._feasible_count - state.measured - in_flight)
+            room = min(room, self._feasible_count - state.measured - measuring)
         if room <= 0:
             return None
-        ahead = self._ask(min(self.batch_size, room), state, current)
+        ahead = self._ask(min(self.batch_size, room), state, in_flight)
         if not ahead.asked:
             return None
         if ahead.to_measure and self._preparer is not None:
@@ -471,14 +493,15 @@ class Runner:
     def _settle_ahead(self, state: StudyState) -> None:
         """At the end of a run: a batch asked ahead that needs no measurement is told (repeats
         and constraint breakers); one that does is marked interrupted, measured on resume."""
-        batch, self._ahead = self._ahead, None
-        if batch is None:
-            return
-        if batch.to_measure or any(key not in state.evaluated for key in batch.waiting.values()):
-            self._interrupt(batch.asked)
-            return
-        self._resolve_waiting(batch, state)
-        self._finish(batch, [], state)
+        while self._ahead:
+            batch = self._ahead.popleft()
+            if batch.to_measure or any(
+                key not in state.evaluated for key in batch.waiting.values()
+            ):
+                self._interrupt(batch.asked)
+                continue
+            self._resolve_waiting(batch, state)
+            self._finish(batch, [], state)
 
     def _interrupt(self, trials: list[Trial]) -> None:
         """Record trials that were asked but will not be told a result: FAIL and

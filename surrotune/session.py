@@ -35,7 +35,7 @@ from surrotune.experiment import (
 )
 from surrotune.finish import FinishSettings, finish_run, report_dir_for
 from surrotune.result import Status
-from surrotune.runner import Runner, RunSummary, read_study
+from surrotune.runner import Runner, RunSummary, batches_ahead, read_study
 from surrotune.sampling import SpaceLike, make_sampler
 from surrotune.space import RecordedSpace, SearchSpace, SpaceError
 from surrotune.storage import StorageError, describe_storage, open_storage, storage_url
@@ -107,6 +107,7 @@ class Tuning:
                 batch_size=self.experiment.search.batch_size,
                 progress=factory,
                 coordinator=coordinator,
+                ask_ahead=batches_ahead(self.backend, self.experiment.search.batch_size),
             )
             summary = runner.run()
             if coordinator is not None:

@@ -15,7 +15,7 @@ from optuna.trial import TrialState
 
 from surrotune.backends.replay import ReplayBackend, load_dataset
 from surrotune.result import ParamValue, Result, Status
-from surrotune.runner import Runner, read_study
+from surrotune.runner import Runner, batches_ahead, read_study
 from surrotune.sampling import make_sampler
 from surrotune.space import SearchSpace
 
@@ -247,6 +247,7 @@ class PreparingSpy(SpyBackend):
 def make_pipelined(
     path: Path, storage: str, *, trials: int, sampler: str = "brute-force", seed: int = 0,
     constraints: Sequence[str] = (), batch_size: int = 4, on_batch: dict[int, str] | None = None,
+    ask_ahead: int = 1,
 ) -> tuple[Runner, PreparingSpy]:  # fmt: skip
     runner, spy = make_runner(
         path, storage, trials=trials, sampler=sampler, seed=seed, constraints=constraints,
@@ -255,7 +256,7 @@ def make_pipelined(
     backend = PreparingSpy(spy.inner, on_batch)
     runner = Runner(
         study=runner.study, space=runner.space, backend=backend, trials=trials,
-        batch_size=batch_size,
+        batch_size=batch_size, ask_ahead=ask_ahead,
     )  # fmt: skip
     return runner, backend
 
@@ -277,6 +278,59 @@ def test_the_next_batch_is_prepared_before_the_current_is_evaluated(
     keys = measured_keys(runner.study)
     assert len(keys) == len(set(keys)) == 10
     assert not [t for t in runner.study.get_trials() if t.user_attrs.get("interrupted")]
+
+
+def test_two_batches_ahead_are_prepared_in_order_and_each_measured_once(
+    tiny: Path, tmp_path: Path
+) -> None:
+    storage = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    runner, backend = make_pipelined(tiny, storage, trials=14, batch_size=4, ask_ahead=2)
+    summary = runner.run()
+    assert summary.evaluations == 14 and summary.stop_reason == "budget"
+    kinds = [kind for kind, _ in backend.calls]
+    # batches 2 and 3 are prepared before batch 1 is evaluated; the budget leaves 2 for batch 4
+    assert kinds == [
+        "prepare", "prepare", "prepare", "evaluate", "prepare", "evaluate", "evaluate", "evaluate"
+    ]  # fmt: skip
+    prepared = [keys for kind, keys in backend.calls if kind == "prepare"]
+    evaluated = [keys for kind, keys in backend.calls if kind == "evaluate"]
+    assert prepared == evaluated and [len(k) for k in evaluated] == [4, 4, 4, 2]
+    keys = measured_keys(runner.study)
+    assert len(keys) == len(set(keys)) == 14
+    assert not [t for t in runner.study.get_trials() if t.user_attrs.get("interrupted")]
+
+
+def test_a_repeat_two_batches_ahead_waits_for_the_batch_that_measures_it(
+    tiny: Path, tmp_path: Path
+) -> None:
+    storage = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    runner, backend = make_pipelined(tiny, storage, trials=8, batch_size=3, ask_ahead=2)
+    first = [{"bx": bx, "by": 4, "u": 1} for bx in (16, 32, 64)]
+    second = [{"bx": bx, "by": 2, "u": 1} for bx in (16, 32, 64)]
+    # batch 3 (asked while batch 1 runs and batch 2 is prepared) repeats one of each
+    third = [second[1], first[0], {"bx": 8, "by": 2, "u": 0}]
+    for params in [*first, *second, *third, {"bx": 8, "by": 4, "u": 0}]:
+        runner.study.enqueue_trial(params, skip_if_exists=False)
+    summary = runner.run()
+    sent = [key for kind, keys in backend.calls if kind == "evaluate" for key in keys]
+    assert len(sent) == len(set(sent)) == summary.evaluations == 8
+    repeated = [t for t in runner.study.get_trials()[6:9] if "duplicate_of" in t.user_attrs]
+    assert [t.params for t in repeated] == [second[1], first[0]]
+    for trial in repeated:
+        source = runner.study.trials[trial.user_attrs["duplicate_of"]]
+        assert source.params == trial.params and source.value == trial.value
+
+
+def test_ctrl_c_redoes_every_batch_prepared_ahead(tiny: Path, tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    runner, _ = make_pipelined(
+        tiny, storage, trials=30, batch_size=4, on_batch={2: "sigint"}, ask_ahead=2
+    )
+    summary = runner.run()
+    assert summary.interrupted and summary.evaluations == 8  # batches 1 and 2 are recorded
+    cut = [t for t in runner.study.get_trials() if t.user_attrs.get("interrupted")]
+    assert len(cut) == 8 and all(t.state == TrialState.FAIL for t in cut)  # batches 3 and 4
+    assert all("status" not in t.user_attrs for t in cut)
 
 
 def test_look_ahead_stops_at_the_end_of_the_feasible_space(tiny: Path, tmp_path: Path) -> None:
@@ -351,3 +405,15 @@ def test_second_ctrl_c_marks_both_batches_interrupted(tiny: Path, tmp_path: Path
     keys = measured_keys(resumed.study)
     assert len(keys) == len(set(keys)) == 20
     assert {runner.space.key(t.params) for t in cut} <= set(keys)
+
+
+def test_batches_ahead_keep_two_compiles_per_compile_process_queued() -> None:
+    class Compiles(PreparingSpy):
+        def __init__(self, workers: int) -> None:
+            self.compile_workers = workers
+
+    assert batches_ahead(Compiles(16), 16) == 2
+    assert batches_ahead(Compiles(16), 32) == 1
+    assert batches_ahead(Compiles(2), 8) == 1
+    assert batches_ahead(Compiles(64), 16) == 8
+    assert batches_ahead(object(), 16) == 1  # type: ignore[arg-type]  # prepares nothing

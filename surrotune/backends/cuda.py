@@ -283,6 +283,11 @@ class CudaBackend:
         self._compiling: dict[CompileRequest, Future[CompiledKernel | CompileError]] = {}
 
     @property
+    def compile_workers(self) -> int:
+        """How many kernels the compiler builds at once (what the runner asks ahead for)."""
+        return int(getattr(self.compiler, "workers", 1))
+
+    @property
     def watchdog_s(self) -> float:
         """How long one configuration may run in the worker: every launch may take the kernel
         timeout (one checked, the warm-up and the timed ones), plus a margin."""

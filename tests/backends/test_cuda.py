@@ -35,8 +35,8 @@ from surrotune.backends.worker import (
     create_inputs,
     fill_array,
     poison,
-    reset_output,
     relative_l2_error,
+    reset_output,
 )
 from surrotune.experiment import Experiment, LaunchSpec, load_experiment
 from surrotune.expressions import Expression

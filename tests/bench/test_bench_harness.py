@@ -189,7 +189,10 @@ def test_resume_keeps_matching_runs_and_runs_only_the_rest(tiny: Path, tmp_path:
     assert len(second.records) == 4
     assert second.records[0].to_json() == first.records[0].to_json()
     assert [(r.sampler, r.seed) for r in second.records] == [
-        ("random", 0), ("random", 1), ("tpe", 0), ("tpe", 1)
+        ("random", 0),
+        ("random", 1),
+        ("tpe", 0),
+        ("tpe", 1),
     ]
     assert all(r.stop_reason != "error" for r in second.records)
     assert len((out / "runs.jsonl").read_text().splitlines()) == 4
