@@ -95,6 +95,7 @@ class MethodRun:
     compile_s: float = 0.0  # summed compile time of the configurations (not wall time)
     error: str = ""
     device: dict[str, Any] = field(default_factory=dict)  # the GPU, as the worker saw it
+    settings: dict[str, Any] = field(default_factory=dict)  # batch size, batches asked ahead
 
     @property
     def configs(self) -> int:
@@ -216,13 +217,16 @@ def run_surrotune(
     batch_size: int,
     cache_dir: Path,
     worker_factory: WorkerFactory | None = None,
+    ask_ahead: int | None = None,
+    name: str = "surrotune",
 ) -> MethodRun:
     """The Runner over the cuda backend with NVRTC, the configurations enqueued in order
-    (``worker_factory``: a fake GPU worker, for tests)."""
+    (``worker_factory``: a fake GPU worker, for tests); ``ask_ahead`` batches asked ahead (None:
+    what ``surrotune run`` asks, :func:`surrotune.runner.batches_ahead`)."""
     import optuna
 
     from surrotune.backends.cuda import CudaBackend, cuda_worker_handle
-    from surrotune.runner import Runner
+    from surrotune.runner import Runner, batches_ahead
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     space = SearchSpace(experiment.parameters, experiment.constraints, experiment.sizes)
@@ -236,12 +240,15 @@ def run_surrotune(
         worker_factory=worker_factory or cuda_worker_handle,
     ) as backend:
         device = backend.device()  # the worker is ready (CuPy, inputs, reference): clock starts
+        ahead = batches_ahead(backend, batch_size) if ask_ahead is None else ask_ahead
         started = time.perf_counter()
         summary = Runner(
-            study=study, space=space, backend=backend, trials=len(configs), batch_size=batch_size
-        ).run()
+            study=study, space=space, backend=backend, trials=len(configs),
+            batch_size=batch_size, ask_ahead=ahead,
+        ).run()  # fmt: skip
         wall = time.perf_counter() - started
-    run = MethodRun("surrotune", wall, device=device)
+    run = MethodRun(name, wall, device=device)
+    run.settings = {"batch_size": batch_size, "ask_ahead": ahead}
     for trial in study.get_trials(deepcopy=False):
         if "status" in trial.user_attrs and "duplicate_of" not in trial.user_attrs:
             key = config_key(trial.params)
@@ -400,7 +407,7 @@ def summarize(runs: Sequence[MethodRun]) -> list[dict[str, Any]]:
     and how many configurations it judged differently (ok or not) from surrotune."""
     rates = {run.method: run.configs_per_s for run in runs}
     baseline = rates.get("sequential", math.nan)
-    reference = next((run for run in runs if run.method == "surrotune"), None)
+    reference = next((run for run in runs if run.method.startswith("surrotune")), None)
     rows = []
     for run in runs:
         disagree = time_ratio = None
@@ -427,6 +434,7 @@ def summarize(runs: Sequence[MethodRun]) -> list[dict[str, Any]]:
                 "statuses": dict(Counter(run.statuses.values())),
                 "ok_disagreements_with_surrotune": disagree,
                 "median_kernel_time_ratio_to_surrotune": time_ratio,
+                "settings": run.settings,
                 "error": run.error,
             }
         )
@@ -488,6 +496,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--methods", default="surrotune,sequential,kernel_tuner")
     parser.add_argument("--batch-size", type=int, default=2 * usable_cpus())
+    parser.add_argument(
+        "--ask-ahead", type=int, default=None, help="batches asked ahead (default: as run does)"
+    )
+    parser.add_argument(
+        "--variants", default="", help="more surrotune runs, as BATCHxAHEAD,... (e.g. 16x3)"
+    )
+    parser.add_argument(
+        "--kt-configs", type=int, default=None, help="Kernel Tuner on the first N only"
+    )
     parser.add_argument("--limit", type=int, default=None, help="measure only the first N")
     parser.add_argument(
         "--dry-run", action="store_true", help="no GPU: check them all, compile --limit (4)"
@@ -537,11 +554,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.out.write_text(json.dumps(document, indent=2))
 
     if "surrotune" in methods:
-        run = run_surrotune(
-            experiment, configs, batch_size=args.batch_size, cache_dir=workdir / "kernels"
-        )
-        device = run.device
-        record(run)
+        settings = [(args.batch_size, args.ask_ahead, "surrotune")]
+        for variant in (v.strip() for v in args.variants.split(",") if v.strip()):
+            batch, _, ahead = variant.partition("x")
+            settings.append((int(batch), int(ahead), f"surrotune b{batch} a{ahead}"))
+        for i, (batch_size, ahead, name) in enumerate(settings):
+            run = run_surrotune(
+                experiment, configs, batch_size=batch_size, ask_ahead=ahead, name=name,
+                cache_dir=workdir / f"kernels-{i}",
+            )  # fmt: skip
+            device = run.device
+            record(run)
     if {"sequential", "kernel_tuner"} & set(methods):
         import cupy
 
@@ -564,8 +587,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
             )
         if "kernel_tuner" in methods:
+            subset = configs[: args.kt_configs] if args.kt_configs else configs
             record(
-                run_kernel_tuner(experiment, template, configs, inputs=inputs, expected=expected)
+                run_kernel_tuner(experiment, template, subset, inputs=inputs, expected=expected)
             )
 
     print()
