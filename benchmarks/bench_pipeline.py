@@ -96,6 +96,7 @@ class MethodRun:
     error: str = ""
     device: dict[str, Any] = field(default_factory=dict)  # the GPU, as the worker saw it
     settings: dict[str, Any] = field(default_factory=dict)  # batch size, batches asked ahead
+    compile_ms: list[float] = field(default_factory=list)  # each compile's time, in trial order
 
     @property
     def configs(self) -> int:
@@ -256,6 +257,7 @@ def run_surrotune(
             if trial.user_attrs.get("time_ms") is not None:
                 run.times_ms[key] = float(trial.user_attrs["time_ms"])
             run.compile_s += (trial.user_attrs.get("compile_time_ms") or 0.0) / 1e3
+            run.compile_ms.append(round(trial.user_attrs.get("compile_time_ms") or 0.0, 1))
     if summary.evaluations != len(configs):
         run.error = f"stopped after {summary.evaluations} evaluations: {summary.stop_reason}"
     return run
@@ -435,6 +437,7 @@ def summarize(runs: Sequence[MethodRun]) -> list[dict[str, Any]]:
                 "ok_disagreements_with_surrotune": disagree,
                 "median_kernel_time_ratio_to_surrotune": time_ratio,
                 "settings": run.settings,
+                "compile_ms_in_order": run.compile_ms,
                 "error": run.error,
             }
         )

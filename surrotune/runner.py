@@ -220,13 +220,22 @@ class _Batch:
         return [dict(self.asked[i].params) for i in self.to_measure]
 
 
+#: batches asked ahead of the one being measured, at least, when the backend compiles ahead.
+#: Measured on the H200 (docs/BENCHMARKS.md, 300 GEMM configurations, 16 compile processes):
+#: one batch of 32 ahead gave 1.9x the sequential loop, two of 16 3.8x, three of 32 4.7x: a
+#: kernel that ptxas refuses compiles for up to ten times the median, and holds its batch back
+#: while the batches behind it keep the pool busy.
+MIN_BATCHES_AHEAD = 3
+
+
 def batches_ahead(backend: Backend, batch_size: int) -> int:
-    """How many batches to ask ahead for ``backend``: enough that two compiles per compile
-    process wait behind the batch being measured (one when it does not say how many it runs)."""
+    """How many batches to ask ahead for ``backend``: :data:`MIN_BATCHES_AHEAD`, or more where
+    that would queue fewer than two compiles per compile process; one for a backend that does
+    not say how many it runs."""
     workers = getattr(backend, "compile_workers", None)
     if not isinstance(backend, Prepares) or not workers:
         return 1
-    return max(1, math.ceil(2 * workers / max(1, batch_size)))
+    return max(MIN_BATCHES_AHEAD, math.ceil(2 * workers / max(1, batch_size)))
 
 
 class Runner:

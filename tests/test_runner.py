@@ -407,13 +407,13 @@ def test_second_ctrl_c_marks_both_batches_interrupted(tiny: Path, tmp_path: Path
     assert {runner.space.key(t.params) for t in cut} <= set(keys)
 
 
-def test_batches_ahead_keep_two_compiles_per_compile_process_queued() -> None:
+def test_batches_ahead_are_at_least_three_and_keep_two_compiles_per_process_queued() -> None:
     class Compiles(PreparingSpy):
         def __init__(self, workers: int) -> None:
             self.compile_workers = workers
 
-    assert batches_ahead(Compiles(16), 16) == 2
-    assert batches_ahead(Compiles(16), 32) == 1
-    assert batches_ahead(Compiles(2), 8) == 1
+    assert batches_ahead(Compiles(16), 16) == 3
+    assert batches_ahead(Compiles(16), 32) == 3
+    assert batches_ahead(Compiles(2), 8) == 3
     assert batches_ahead(Compiles(64), 16) == 8
     assert batches_ahead(object(), 16) == 1  # type: ignore[arg-type]  # prepares nothing
