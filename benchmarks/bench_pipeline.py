@@ -23,7 +23,10 @@ script measures what that buys, as ratios in one run:
     for the configuration by a code generator, no ``#define`` s, the same verification function.
 
 All three verify once against the same float64 reference with the same relative L2 error and
-time 7 launches, without warm-up or L2 flush. Every method gets a fresh CuPy kernel cache.
+time 7 launches, without warm-up or L2 flush. Every method gets a fresh CuPy kernel cache and
+surrotune's disk cache is per method; NVRTC's own cache (CUDA 12.9+, in the driver's compute
+cache) is switched off with ``CUDA_CACHE_DISABLE=1``, or every method after the first would find
+the successful compiles there.
 Printed as a table (method, configurations, wall s, configurations/s, ratio to sequential);
 ``--out`` writes it as JSON with the statuses of each method and how often they disagree.
 
@@ -528,6 +531,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unknown method(s): {', '.join(sorted(unknown))}")
     workdir = Path(tempfile.mkdtemp(prefix="surrotune-bench-pipeline-"))
     os.environ["CUPY_CACHE_DIR"] = str(workdir / "cupy")  # fresh, before CuPy is imported
+    # NVRTC >= 12.9 keeps its own cache in the driver's compute cache (~/.nv/ComputeCache) when
+    # a driver is present: the second method to compile a configuration would get it in ~25 ms.
+    # Off before NVRTC or CUDA is loaded here or in any child, so that every method compiles.
+    os.environ["CUDA_CACHE_DISABLE"] = "1"
     assert experiment.kernel is not None
     template = Template.from_file(experiment.kernel.template)
     print(f"{len(configs)} configurations of {experiment.path.name} (seed {args.seed}); "

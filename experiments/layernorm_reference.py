@@ -22,7 +22,7 @@ def reference(
     y: npt.NDArray[np.float32],
     rows: int,
 ) -> dict[str, npt.NDArray[np.float64]]:
-    """y = (x - mean) / sqrt(var + eps) * gamma + beta, row by row; ``y``'s contents are ignored."""
+    """y = (x - mean) / sqrt(var + eps) * gamma + beta per row; ``y``'s contents are ignored."""
     hidden = np.size(gamma)
     a = np.asarray(x, dtype=np.float64).reshape(rows, hidden)
     mean = a.mean(axis=1, keepdims=True)

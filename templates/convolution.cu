@@ -56,17 +56,18 @@
 // results are never stored).
 //
 // Inside the space on purpose, so that the tuner learns where they are:
-//   * with USE_SHARED = 1, static shared memory
-//       4 * ((BLOCK_Y * TILE_Y + FH - 1) * (round_up(BLOCK_X * TILE_X + FW - 1, 4) + PAD)
+//   * static shared memory (in bytes; the input tile, then the filter)
+//       4 * (USE_SHARED * (BLOCK_Y * TILE_Y + FH - 1)
+//                * (round_up(BLOCK_X * TILE_X + FW - 1, 4) + PAD)
 //            + FILTER_SHARED * FH * round_up(FW, 4))
-//     over 48 KB fails in ptxas ("uses too much shared data"): a resource failure (1540 of the
-//     6912 configurations at FW = FH = 17); with USE_SHARED = 0 it is the filter's 1360 bytes or 0;
+//     over 48 KB fails in ptxas ("uses too much shared data"): a resource failure, for 1360 of the
+//     6912 configurations at FW = FH = 17 (all with USE_SHARED = 1);
 //   * registers * BLOCK_X * BLOCK_Y over 65536 compiles but cannot launch ("too many resources
 //     requested"): large register tiles (TILE_X * TILE_Y up to 64 accumulators, plus a filter row
 //     and a segment) in blocks of 512 or 1024 threads. There is deliberately no __launch_bounds__,
 //     which would turn this into silent spilling.
 // Slow on purpose too: scalar reads of a segment with TILE_X > 1 are TILE_X-way bank conflicts;
-// TILE_X = TILE_Y = 1 reloads every input value FW times per output row.
+// TILE_X = TILE_Y = 1 loads every input value FW * FH times (once per output it feeds).
 
 constexpr int BLOCK_X = ${BLOCK_X};
 constexpr int BLOCK_Y = ${BLOCK_Y};

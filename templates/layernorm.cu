@@ -1,5 +1,5 @@
-// LayerNorm forward over the last dimension, float32:
-//   y[r, :] = (x[r, :] - mean_r) / sqrt(var_r + 1e-5) * gamma + beta,   x, y of shape [rows, HIDDEN],
+// LayerNorm forward over the last dimension, float32, x and y of shape [rows, HIDDEN]:
+//   y[r, :] = (x[r, :] - mean_r) / sqrt(var_r + 1e-5) * gamma + beta,
 // mean_r and var_r (biased, as torch.nn.functional.layer_norm) over the HIDDEN elements of row r.
 //
 // A surrotune kernel template: each tuning parameter below appears as a dollar-brace placeholder
@@ -12,26 +12,28 @@
 //   grid  = cdiv(rows, ROWS_PER_BLOCK)
 //   shared memory: static only (no dynamic shared memory)
 //
-// Algorithm: THREADS_PER_ROW consecutive threads of a block (a part of a warp, a warp, several
-// warps) own one row. A row is read as vectors of W floats (W = VEC where HIDDEN % VEC == 0, else
-// the widest of 2, 1 that divides HIDDEN), vector v of the row by thread v % THREADS_PER_ROW, so
-// that every warp load is contiguous. The row statistics are reduced with warp shuffles and, when a
-// row spans several warps, through shared memory (one __syncthreads per reduction); then each
-// thread normalises its own elements. Where the row lives between the statistics and the output
-// is CACHE: in registers (the row read from DRAM once), in shared memory (likewise, per thread
-// its own elements, so no barrier is needed) or nowhere (each later pass reads x again, from the
-// L2 if it is still there).
+// Algorithm: THREADS_PER_ROW consecutive threads of a block (part of a warp, a warp, several
+// warps) own one row. A row is read as vectors of W floats (W = VEC where HIDDEN % VEC == 0,
+// else the widest of 2, 1 that divides HIDDEN), vector v of the row by thread
+// v % THREADS_PER_ROW, so that every warp access is contiguous. The row statistics are reduced
+// with warp shuffles and, when a row spans several warps, through shared memory (one
+// __syncthreads per reduction); then each thread normalises its own elements. Where the row lives
+// between the statistics and the output is CACHE: in registers (x read from DRAM once), in shared
+// memory (likewise; each thread reads back only what it wrote, so no barrier is needed) or
+// nowhere (each later pass loads x again, from the L2 if it is still there; these loads are
+// volatile, so that the compiler cannot quietly turn CACHE = 2 into CACHE = 0).
 //
 // Tuning parameters
 //   THREADS_PER_ROW in [16, 32, 64, 128, 256, 512, 1024]   threads that share one row
 //   ROWS_PER_BLOCK  in [1, 2, 4, 8, 16, 32]                rows per block
-//   VEC             in [1, 2, 4]                           floats per load/store (float, float2, float4)
-//   ALGO            in [0, 1, 2]                           statistics: 0 = two passes (mean, then the
-//                                                          sum of squared deviations), 1 = one-pass
-//                                                          Welford (merged with Chan's formula),
-//                                                          2 = one pass of sum and sum of squares
+//   VEC             in [1, 2, 4]                           floats per access (float2, float4)
+//   ALGO            in [0, 1, 2]                           statistics: 0 = two passes (mean,
+//                                                          then the squared deviations from
+//                                                          it), 1 = one-pass Welford (merged
+//                                                          with Chan's formula), 2 = one pass
+//                                                          of sum and sum of squares
 //   CACHE           in [0, 1, 2]                           the row between passes: 0 = registers,
-//                                                          1 = shared memory, 2 = none (re-read x)
+//                                                          1 = shared memory, 2 = none (re-read)
 //   UNROLL          in [0, 1, 2, 4]                        unrolling of the loops over a thread's
 //                                                          vectors: 0 = full, else that factor
 //
@@ -45,22 +47,28 @@
 // block limit, the third says that a row cached in registers needs fully unrolled loops (a
 // register array indexed by a run-time counter lives in local memory). The kernel is correct for
 // any rows >= 1 and HIDDEN >= 1: a thread's last vector may fall past the row's end (skipped), and
-// the rows of the last block past `rows` recompute the last row and store nothing. Vector accesses
-// need x, y, gamma and beta aligned to 4 * W bytes (cudaMalloc: 256); where they are not, the
-// kernel falls back, uniformly for the whole launch, to scalar accesses of the same elements.
+// the rows of the last block past `rows` recompute the last row and store nothing. Since
+// HIDDEN % W == 0, every row starts aligned when the arrays do: x, y, gamma and beta must be
+// aligned to 4 * W bytes (cudaMalloc gives 256); a misaligned one is a launch error (misaligned
+// address), never a wrong result. (There is no scalar fallback: a second, unused copy of the
+// fully unrolled code would inflate the registers the compiler reports for the kernel.)
 // ALGO = 2 computes var = E[x^2] - mean^2 in float32: exact enough for data of mean near zero
 // (the experiment's inputs), not for rows whose mean is large against their spread.
 //
 // Inside the space on purpose, so that the tuner learns where they are:
 //   * CACHE = 1 keeps ROWS_PER_BLOCK * HIDDEN floats in static shared memory: over 48 KB
-//     (ROWS_PER_BLOCK >= 4 at HIDDEN = 4096) ptxas fails ("uses too much shared data"), a
-//     resource failure;
-//   * CACHE = 0 keeps HIDDEN / THREADS_PER_ROW floats per thread in registers: 128 or 256 (16 or 32
-//     threads per row at HIDDEN = 4096) hit the 255-register cap and spill to local memory (slow,
-//     not failing), and registers * threads over 65536 compiles but cannot launch ("too many
-//     resources requested"); there is deliberately no __launch_bounds__, which would turn this
-//     into silent spilling;
-//   * CACHE = 2 with ALGO = 0 reads x three times, ALGO = 1 does an IEEE division per element.
+//     (ROWS_PER_BLOCK >= 4 at HIDDEN = 4096: 504 of the 2106 configurations) ptxas fails ("uses
+//     too much shared data"), a resource failure;
+//   * CACHE = 0 keeps HIDDEN / THREADS_PER_ROW floats per thread in registers: 256 or 128 (16 or
+//     32 threads per row at HIDDEN = 4096) hit the 255-register cap and spill to local memory
+//     (slow, not failing), and registers * threads over 65536 compiles but cannot launch ("too
+//     many resources requested"): 1024-thread blocks with 32 or more floats per thread, 512-thread
+//     blocks with 64 (some ALGO just over, some just under); there is deliberately no
+//     __launch_bounds__, which would turn this into silent spilling;
+//   * CACHE = 2 with UNROLL = 0 lets ptxas hoist a whole pass of loads: with many vectors per
+//     thread this too reaches the register cap and spills;
+//   * slow but correct: CACHE = 2 with ALGO = 0 reads x three times; ALGO = 1 does an IEEE
+//     division per element; VEC = 1 issues four times the loads of VEC = 4.
 
 constexpr int HIDDEN = ${HIDDEN};
 constexpr int THREADS_PER_ROW = ${THREADS_PER_ROW};
@@ -97,13 +105,12 @@ static_assert(CACHE >= 0 && CACHE <= 2, "CACHE is 0 (registers), 1 (shared) or 2
 static_assert(UNROLL >= 0, "UNROLL is 0 (full) or a positive unroll factor");
 static_assert(CACHE != 0 || UNROLL == 0, "a row cached in registers needs UNROLL = 0 (full)");
 
-// W contiguous floats at p, as one access when VECTOR (p aligned to W floats), else W scalar ones.
-template <bool VECTOR>
+// W contiguous floats at p (aligned to W floats), as one access.
 __device__ __forceinline__ void load_vec(float (&dst)[W], const float* p) {
-  if constexpr (VECTOR && W == 4) {
+  if constexpr (W == 4) {
     const float4 v = *reinterpret_cast<const float4*>(p);
     dst[0] = v.x; dst[1] = v.y; dst[2] = v.z; dst[3] = v.w;
-  } else if constexpr (VECTOR && W == 2) {
+  } else if constexpr (W == 2) {
     const float2 v = *reinterpret_cast<const float2*>(p);
     dst[0] = v.x; dst[1] = v.y;
   } else {
@@ -112,15 +119,30 @@ __device__ __forceinline__ void load_vec(float (&dst)[W], const float* p) {
   }
 }
 
-template <bool VECTOR>
 __device__ __forceinline__ void store_vec(float* p, const float (&src)[W]) {
-  if constexpr (VECTOR && W == 4) {
+  if constexpr (W == 4) {
     *reinterpret_cast<float4*>(p) = make_float4(src[0], src[1], src[2], src[3]);
-  } else if constexpr (VECTOR && W == 2) {
+  } else if constexpr (W == 2) {
     *reinterpret_cast<float2*>(p) = make_float2(src[0], src[1]);
   } else {
 #pragma unroll
     for (int e = 0; e < W; ++e) p[e] = src[e];
+  }
+}
+
+// W floats of x at p again, in a later pass of CACHE = 2: a volatile load, so that the compiler
+// cannot reuse the values of the first pass instead (it would, with fully unrolled loops, and the
+// configuration would silently become CACHE = 0).
+__device__ __forceinline__ void reload_vec(float (&dst)[W], const float* p) {
+  const size_t g = __cvta_generic_to_global(p);
+  if constexpr (W == 4) {
+    asm volatile("ld.global.nc.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(dst[0]), "=f"(dst[1]), "=f"(dst[2]), "=f"(dst[3])
+                 : "l"(g));
+  } else if constexpr (W == 2) {
+    asm volatile("ld.global.nc.v2.f32 {%0, %1}, [%2];" : "=f"(dst[0]), "=f"(dst[1]) : "l"(g));
+  } else {
+    asm volatile("ld.global.nc.f32 %0, [%1];" : "=f"(dst[0]) : "l"(g));
   }
 }
 
@@ -204,35 +226,35 @@ __device__ __forceinline__ bool item_valid(int lane, int i) {
   return EVEN || i < ITEMS - 1 || lane + i * THREADS_PER_ROW < ROW_VECS;
 }
 
+using Cache = float[CACHE == 0 ? ITEMS : 1][W];  // a thread's vectors of the row (CACHE = 0)
+
 // Vector i of this thread's row from wherever CACHE keeps it (after the first pass).
-template <bool VECTOR>
-__device__ __forceinline__ void fetch(float (&v)[W], const float (&regs)[CACHE == 0 ? ITEMS : 1][W],
-                                      const float* srow, const float* xr, int o, int i) {
+__device__ __forceinline__ void fetch(float (&v)[W], const Cache& regs, const float* srow,
+                                      const float* xr, int o, int i) {
   if constexpr (CACHE == 0) {
 #pragma unroll
     for (int e = 0; e < W; ++e) v[e] = regs[i][e];
   } else if constexpr (CACHE == 1) {
-    load_vec<true>(v, srow + o);  // shared rows are 16-byte aligned and HIDDEN % W == 0
+    load_vec(v, srow + o);  // shared rows are 16-byte aligned and HIDDEN % W == 0
   } else {
-    load_vec<VECTOR>(v, xr + o);
+    reload_vec(v, xr + o);
   }
 }
 
-template <bool VECTOR>
 __device__ __forceinline__ void layernorm_row(const float* __restrict__ xr,
                                               const float* __restrict__ gamma,
                                               const float* __restrict__ beta,
                                               float* __restrict__ yr, bool row_ok, int r, int lane,
                                               float* srow, float* partials) {
-  float regs[CACHE == 0 ? ITEMS : 1][W];  // the row's vectors of this thread (CACHE = 0)
-  float sum = 0.0f, sumsq = 0.0f;          // ALGO 0 and 2
-  Moments m = {0.0f, 0.0f, 0.0f};          // ALGO 1
+  Cache regs;
+  float sum = 0.0f, sumsq = 0.0f;  // ALGO 0 and 2
+  Moments m = {0.0f, 0.0f, 0.0f};  // ALGO 1
 
   // pass 1: read x (the only read of DRAM when the row is cached) and accumulate
   if constexpr (CACHE == 0) {
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) {  // every load issued before any arithmetic
-      if (item_valid(lane, i)) load_vec<VECTOR>(regs[i], xr + item_offset(lane, i));
+      if (item_valid(lane, i)) load_vec(regs[i], xr + item_offset(lane, i));
     }
   }
 #pragma unroll ITEM_UNROLL
@@ -244,8 +266,8 @@ __device__ __forceinline__ void layernorm_row(const float* __restrict__ xr,
 #pragma unroll
       for (int e = 0; e < W; ++e) v[e] = regs[i][e];
     } else {
-      load_vec<VECTOR>(v, xr + o);
-      if constexpr (CACHE == 1) store_vec<true>(srow + o, v);
+      load_vec(v, xr + o);
+      if constexpr (CACHE == 1) store_vec(srow + o, v);
     }
 #pragma unroll
     for (int e = 0; e < W; ++e) {
@@ -273,7 +295,7 @@ __device__ __forceinline__ void layernorm_row(const float* __restrict__ xr,
       if (!item_valid(lane, i)) continue;
       const int o = item_offset(lane, i);
       float v[W];
-      fetch<VECTOR>(v, regs, srow, xr, o, i);
+      fetch(v, regs, srow, xr, o, i);
 #pragma unroll
       for (int e = 0; e < W; ++e) {
         const float d = v[e] - mean;
@@ -302,12 +324,12 @@ __device__ __forceinline__ void layernorm_row(const float* __restrict__ xr,
     if (!item_valid(lane, i)) continue;
     const int o = item_offset(lane, i);
     float v[W], g[W], b[W], out[W];
-    fetch<VECTOR>(v, regs, srow, xr, o, i);
-    load_vec<VECTOR>(g, gamma + o);
-    load_vec<VECTOR>(b, beta + o);
+    fetch(v, regs, srow, xr, o, i);
+    load_vec(g, gamma + o);
+    load_vec(b, beta + o);
 #pragma unroll
     for (int e = 0; e < W; ++e) out[e] = fmaf((v[e] - mean) * rstd, g[e], b[e]);
-    store_vec<VECTOR>(yr + o, out);
+    store_vec(yr + o, out);
   }
 }
 
@@ -329,13 +351,5 @@ extern "C" __global__ void layernorm(const float* __restrict__ x, const float* _
   float* yr = y + static_cast<size_t>(row_ok ? row : 0) * HIDDEN;
   float* srow = row_cache + (CACHE == 1 ? r * HIDDEN : 0);
 
-  // uniform for the whole launch: vector accesses only where every row starts aligned
-  const unsigned long long bits =
-      reinterpret_cast<unsigned long long>(x) | reinterpret_cast<unsigned long long>(y) |
-      reinterpret_cast<unsigned long long>(gamma) | reinterpret_cast<unsigned long long>(beta);
-  if (W == 1 || bits % (sizeof(float) * W) == 0) {
-    layernorm_row<true>(xr, gamma, beta, yr, row_ok, r, lane, srow, partials);
-  } else {
-    layernorm_row<false>(xr, gamma, beta, yr, row_ok, r, lane, srow, partials);
-  }
+  layernorm_row(xr, gamma, beta, yr, row_ok, r, lane, srow, partials);
 }

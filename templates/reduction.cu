@@ -15,54 +15,62 @@
 // Algorithm: the array, seen as vectors of VEC floats, is cut into chunks of BLOCK_SIZE *
 // ITEMS_PER_THREAD vectors. A block reduces a chunk by having each thread issue its
 // ITEMS_PER_THREAD vector loads (BLOCK_SIZE vectors apart, so that a warp's loads are contiguous)
-// before it adds any of them, so that ITEMS_PER_THREAD * VEC * 4 bytes per thread are in flight.
-// In one pass, block b reduces chunk b; with a grid stride, block b reduces chunks b, b + grid,
-// b + 2 * grid, ... into one register. The per-thread sums are then reduced over the block and the
-// block's sum (or each warp's) is added to out with one atomicAdd.
+// before it adds any of them: into registers (STAGE = 0; the compiler decides how many of them are
+// really in flight at once, which it bounds by the registers it is willing to use), or as
+// asynchronous copies into shared memory (STAGE = 1, cp.async, Ampere and newer: all of them are
+// in flight, and the staging buffer holds the whole chunk, BLOCK_SIZE * ITEMS_PER_THREAD * VEC * 4
+// bytes). In one pass, block b reduces chunk b; with a grid stride, block b reduces chunks b,
+// b + grid, b + 2 * grid, ... into one register. The per-thread sums are then reduced over the
+// block and the block's sum is added to out with one atomicAdd.
 //
 // Tuning parameters
 //   BLOCK_SIZE       in [32, 64, 128, 256, 512, 1024]   threads per block
-//   ITEMS_PER_THREAD in [1, 2, 4, 8, 16, 32]            vector loads in flight per thread and chunk
+//   ITEMS_PER_THREAD in [1, 2, 4, 8, 16, 32]            vector loads per thread and chunk
 //   VEC              in [1, 2, 4]                       floats per load (float, float2, float4)
-//   REDUCE           in [0, 1, 2]                       0: warp shuffles, then the warps' sums in
-//                                                       shared memory, one atomicAdd per block;
-//                                                       1: shared-memory tree (a barrier per
-//                                                       level), one atomicAdd per block;
-//                                                       2: warp shuffles, one atomicAdd per warp
-//   BLOCKS_PER_SM    in [0, 1, 2, 4, 8, 16, 32]         0: one pass, one chunk per block; else a
+//   STAGE            in [0, 1]                          0: loads into registers (ld.global.nc);
+//                                                       1: cp.async copies to shared memory
+//   REDUCE           in [0, 1]                          0: warp shuffles, then the warps' sums
+//                                                       through shared memory; 1: shared-memory
+//                                                       tree, a barrier per level
+//   BLOCKS_PER_SM    in [0, 1, 2, 4, 8, 16]             0: one pass, one chunk per block; else a
 //                                                       grid-stride loop over SMS * BLOCKS_PER_SM
 //                                                       blocks
 //
 // Constraints (Python syntax, as the experiment declares them)
 //   ITEMS_PER_THREAD * VEC <= 64
-// Feasible configurations: 2142 of 2268.
+// Feasible configurations: 2448 of 2592.
 //
-// The constraint caps a thread's loads in flight at 64 floats (256 bytes, four times what a
-// float4 per thread and ITEMS_PER_THREAD = 4 already keep in flight); it prunes configurations
-// whose only effect is more registers. Nothing restricts the problem size: the kernel is correct
-// for any n >= 0 (n < 2^31) and any 4-byte aligned x. Vector loads start at the first
-// VEC*4-byte aligned element: the elements before it (fewer than VEC) and the ones after the last
-// whole vector (fewer than VEC) are added by block 0, and the last, partial chunk loads with
+// The constraint caps a thread's loads per chunk at 64 floats (256 bytes, four times what a float4
+// per thread and ITEMS_PER_THREAD = 4 already keep in flight). Nothing restricts the problem size:
+// the kernel is correct for any 0 <= n <= 2^30 and any 4-byte aligned x. Vector loads start at the
+// first VEC*4-byte aligned element: the elements before it (fewer than VEC) and those after the
+// last whole vector (fewer than VEC) are added by block 0, and the last, partial chunk loads with
 // bounds checks.
 //
 // Inside the space on purpose, so that the tuner learns where they are:
+//   * STAGE = 1 with BLOCK_SIZE * ITEMS_PER_THREAD * VEC * 4 bytes of staging over 48 KB fails in
+//     ptxas ("uses too much shared data"): a resource failure (180 of the 2448 configurations);
+//     below it, large staging buffers cap the blocks per SM (228 KB of shared memory per SM);
 //   * registers * BLOCK_SIZE over 65536 compiles but cannot launch ("too many resources
-//     requested"): ITEMS_PER_THREAD * VEC = 64 needs more than 64 registers per thread, so every
-//     such configuration with 1024 threads fails; there is deliberately no __launch_bounds__,
-//     which would turn this into silent spilling;
+//     requested"): with STAGE = 0, ITEMS_PER_THREAD * VEC = 64 floats take 96 registers, so the
+//     24 such configurations with 1024 threads fail;
 //   * one pass with small chunks launches up to n / 32 blocks and as many atomicAdds on one
 //     address, which serialise in the L2: slow, not failing;
 //   * a grid-stride grid of SMS * BLOCKS_PER_SM blocks larger than fits on the GPU at once runs
-//     in several waves, with a tail of idle SMs: slow, not failing.
+//     in waves, with SMs idle during the last: slow, not failing.
+// There is deliberately no __launch_bounds__, which would turn the register failures into silent
+// spilling.
 //
-// Rounding: every thread adds its loads in float32, so the result differs from the exact sum by
-// float32 rounding; for uniform [-1, 1) inputs the relative error stays below 1e-4 at n = 2^26
-// (see experiments/reduction_reference.py). The order of the atomicAdds is not deterministic, so
-// neither are the last bits of the result.
+// Rounding: everything is added in float32, so the result differs from the exact sum by float32
+// rounding, mostly that of the atomicAdds into a running total about as large as the partial
+// sums; the order of the atomicAdds is not deterministic, so neither are the last bits of the
+// result.
+// experiments/reduction_reference.py says how large the error gets and why rtol is 1e-3.
 
 constexpr int BLOCK_SIZE = ${BLOCK_SIZE};
 constexpr int ITEMS_PER_THREAD = ${ITEMS_PER_THREAD};
 constexpr int VEC = ${VEC};
+constexpr int STAGE = ${STAGE};
 constexpr int REDUCE = ${REDUCE};
 constexpr int BLOCKS_PER_SM = ${BLOCKS_PER_SM};
 
@@ -75,8 +83,9 @@ static_assert(VEC == 1 || VEC == 2 || VEC == 4, "VEC must be 1, 2 or 4");
 static_assert(BLOCK_SIZE >= WARP && BLOCK_SIZE <= 1024 && (BLOCK_SIZE & (BLOCK_SIZE - 1)) == 0,
               "BLOCK_SIZE must be a power of two from 32 to 1024");
 static_assert(ITEMS_PER_THREAD >= 1, "ITEMS_PER_THREAD must be at least 1");
-static_assert(ITEMS_PER_THREAD * VEC <= 64, "at most 64 floats in flight per thread");
-static_assert(REDUCE >= 0 && REDUCE <= 2, "REDUCE is 0 (shuffle), 1 (shared tree) or 2 (per warp)");
+static_assert(ITEMS_PER_THREAD * VEC <= 64, "at most 64 floats per thread and chunk");
+static_assert(STAGE == 0 || STAGE == 1, "STAGE is 0 (registers) or 1 (cp.async to shared)");
+static_assert(REDUCE == 0 || REDUCE == 1, "REDUCE is 0 (warp shuffles) or 1 (shared tree)");
 static_assert(BLOCKS_PER_SM >= 0, "BLOCKS_PER_SM is 0 (one pass) or the blocks per SM");
 
 template <int W> struct VecType;
@@ -89,29 +98,82 @@ __device__ __forceinline__ float vec_sum(float v) { return v; }
 __device__ __forceinline__ float vec_sum(float2 v) { return v.x + v.y; }
 __device__ __forceinline__ float vec_sum(float4 v) { return (v.x + v.y) + (v.z + v.w); }
 
-__device__ __forceinline__ Vec vec_zero() {
-  Vec v;
-  float* f = reinterpret_cast<float*>(&v);
-#pragma unroll
-  for (int e = 0; e < VEC; ++e) f[e] = 0.0f;
-  return v;
+// Asynchronous copy of one vector from global to shared memory (4, 8 or 16 bytes; both addresses
+// aligned to the size). .cg (L2 only) exists for 16 bytes alone.
+__device__ __forceinline__ void copy_async(Vec* dst, const Vec* src) {
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  if constexpr (VEC == 4) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(address), "l"(src)
+                 : "memory");
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(address), "l"(src),
+                 "n"(VEC * 4)
+                 : "memory");
+  }
+}
+
+// Wait until this thread's copies have landed; they are then visible to this thread.
+__device__ __forceinline__ void wait_copies() {
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
 
 // This thread's share of chunk c: vectors c * CHUNK + threadIdx.x + i * BLOCK_SIZE, all loads
-// issued before the first add. CHECKED: the chunk may run past the last vector, nv.
+// issued before the first add. CHECKED: the chunk may run past the last vector, nv. With STAGE,
+// `stage` is the block's staging buffer, of which this thread uses only its own slots.
 template <bool CHECKED>
-__device__ __forceinline__ float chunk_sum(const Vec* __restrict__ xv, int c, int nv) {
-  const int first = c * CHUNK + static_cast<int>(threadIdx.x);
-  Vec v[ITEMS_PER_THREAD];
-#pragma unroll
-  for (int i = 0; i < ITEMS_PER_THREAD; ++i) {
-    const int index = first + i * BLOCK_SIZE;
-    v[i] = (!CHECKED || index < nv) ? __ldg(xv + index) : vec_zero();
-  }
+__device__ __forceinline__ float chunk_sum(const Vec* __restrict__ xv, int c, int nv,
+                                           Vec* stage) {
+  const int tid = static_cast<int>(threadIdx.x);
+  const int first = c * CHUNK + tid;
   float sum = 0.0f;
+  if constexpr (STAGE) {
 #pragma unroll
-  for (int i = 0; i < ITEMS_PER_THREAD; ++i) sum += vec_sum(v[i]);
+    for (int i = 0; i < ITEMS_PER_THREAD; ++i) {
+      const int index = first + i * BLOCK_SIZE;
+      if (!CHECKED || index < nv) copy_async(stage + i * BLOCK_SIZE + tid, xv + index);
+    }
+    wait_copies();
+#pragma unroll
+    for (int i = 0; i < ITEMS_PER_THREAD; ++i) {
+      const int index = first + i * BLOCK_SIZE;
+      if (!CHECKED || index < nv) sum += vec_sum(stage[i * BLOCK_SIZE + tid]);
+    }
+    // The next chunk's copies overwrite these slots: order them after the reads above.
+    __syncwarp();
+  } else {
+    Vec v[ITEMS_PER_THREAD];
+#pragma unroll
+    for (int i = 0; i < ITEMS_PER_THREAD; ++i) {
+      const int index = first + i * BLOCK_SIZE;
+      if (!CHECKED || index < nv) v[i] = __ldg(xv + index);
+    }
+#pragma unroll
+    for (int i = 0; i < ITEMS_PER_THREAD; ++i) {
+      const int index = first + i * BLOCK_SIZE;
+      if (!CHECKED || index < nv) sum += vec_sum(v[i]);
+    }
+  }
   return sum;
+}
+
+// This thread's sum over the chunks its block reduces. full chunks need no bound check; with
+// `partial`, chunk `full` is the last and does.
+__device__ __forceinline__ float thread_sum(const Vec* __restrict__ xv, int nv, int full,
+                                            bool partial, Vec* stage) {
+  float acc = 0.0f;
+  const int block = static_cast<int>(blockIdx.x);
+  if constexpr (ONE_PASS) {
+    if (block < full) {
+      acc = chunk_sum<false>(xv, block, nv, stage);
+    } else if (block == full && partial) {
+      acc = chunk_sum<true>(xv, block, nv, stage);
+    }
+  } else {
+    const int grid = static_cast<int>(gridDim.x);
+    for (int c = block; c < full; c += grid) acc += chunk_sum<false>(xv, c, nv, stage);
+    if (partial && block == full % grid) acc += chunk_sum<true>(xv, full, nv, stage);
+  }
+  return acc;
 }
 
 // The sum over a warp, in lane 0 (the other lanes hold partial sums).
@@ -133,24 +195,14 @@ extern "C" __global__ void reduction(const float* __restrict__ x, float* __restr
   const int nv = (n - head) / VEC;  // whole vectors after the head
   const Vec* xv = reinterpret_cast<const Vec*>(x + head);
   const int full = nv / CHUNK;  // chunks without a bound check
-  const bool partial = full * CHUNK < nv;  // and one more with
+  const bool partial = full * CHUNK < nv;  // and one more, with
 
-  float acc = 0.0f;
-  if constexpr (ONE_PASS) {
-    const int c = static_cast<int>(blockIdx.x);
-    if (c < full) {
-      acc = chunk_sum<false>(xv, c, nv);
-    } else if (c == full && partial) {
-      acc = chunk_sum<true>(xv, c, nv);
-    }
+  float acc;
+  if constexpr (STAGE) {
+    __shared__ __align__(16) Vec stage[CHUNK];
+    acc = thread_sum(xv, nv, full, partial, stage);
   } else {
-    const int grid = static_cast<int>(gridDim.x);
-    for (int c = static_cast<int>(blockIdx.x); c < full; c += grid) {
-      acc += chunk_sum<false>(xv, c, nv);
-    }
-    if (partial && static_cast<int>(blockIdx.x) == full % grid) {
-      acc += chunk_sum<true>(xv, full, nv);
-    }
+    acc = thread_sum(xv, nv, full, partial, nullptr);
   }
   if (blockIdx.x == 0) {  // the scalars: fewer than VEC before the vectors, fewer than VEC after
     if (tid < head) acc += x[tid];
@@ -158,14 +210,14 @@ extern "C" __global__ void reduction(const float* __restrict__ x, float* __restr
     if (tid < n - rest) acc += x[rest + tid];
   }
 
-  const int lane = tid % WARP;
-  const int warp = tid / WARP;
   if constexpr (REDUCE == 0) {
-    __shared__ float warp_sums[WARPS];
+    const int lane = tid % WARP;
+    const int warp = tid / WARP;
     float sum = warp_sum(acc);
     if constexpr (WARPS == 1) {
       if (lane == 0) atomicAdd(out, sum);
     } else {
+      __shared__ float warp_sums[WARPS];
       if (lane == 0) warp_sums[warp] = sum;
       __syncthreads();
       if (warp == 0) {
@@ -173,7 +225,7 @@ extern "C" __global__ void reduction(const float* __restrict__ x, float* __restr
         if (lane == 0) atomicAdd(out, sum);
       }
     }
-  } else if constexpr (REDUCE == 1) {
+  } else {
     __shared__ float partials[BLOCK_SIZE];
     partials[tid] = acc;
     __syncthreads();
@@ -183,8 +235,5 @@ extern "C" __global__ void reduction(const float* __restrict__ x, float* __restr
       __syncthreads();
     }
     if (tid == 0) atomicAdd(out, partials[0]);
-  } else {
-    const float sum = warp_sum(acc);
-    if (lane == 0) atomicAdd(out, sum);
   }
 }

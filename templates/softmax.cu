@@ -1,5 +1,6 @@
-// Row-wise softmax over the last dimension, float32, numerically stable:
-//   y[r, c] = exp(x[r, c] - max_r) / sum_c' exp(x[r, c'] - max_r),   x, y of shape [rows, COLS].
+// Row-wise softmax over the last dimension, float32, x and y of shape [rows, COLS], numerically
+// stable (the row maximum subtracted):
+//   y[r, c] = exp(x[r, c] - max_r) / sum_c' exp(x[r, c'] - max_r).
 //
 // A surrotune kernel template: each tuning parameter below appears as a dollar-brace placeholder
 // once, in the constexpr block, and the code uses only the constexpr names. COLS is a problem
@@ -11,14 +12,15 @@
 //   grid  = cdiv(rows, ROWS_PER_BLOCK)
 //   shared memory: static only (no dynamic shared memory)
 //
-// Algorithm: THREADS_PER_ROW consecutive threads of a block (a part of a warp, a warp, several
+// Algorithm: THREADS_PER_ROW consecutive threads of a block (part of a warp, a warp, several
 // warps) own one row. A row is read as vectors of W floats (W = VEC where COLS % VEC == 0, else
 // the widest of 2, 1 that divides COLS), vector v of the row by thread v % THREADS_PER_ROW, so
-// that every warp load is contiguous. Row maxima and sums are reduced with warp shuffles and,
+// that every warp access is contiguous. Row maxima and sums are reduced with warp shuffles and,
 // when a row spans several warps, through shared memory (one __syncthreads per reduction). Where
-// the row lives between passes is CACHE: in registers (the row read from DRAM once), in shared
-// memory (likewise, per thread its own elements, so no barrier is needed) or nowhere (each later
-// pass reads x again, from the L2 if it is still there).
+// the row lives between passes is CACHE: in registers (x read from DRAM once), in shared memory
+// (likewise; each thread reads back only what it wrote, so no barrier is needed) or nowhere (each
+// later pass loads x again, from the L2 if it is still there; these loads are volatile, so that
+// the compiler cannot quietly turn CACHE = 2 into CACHE = 0).
 //
 // Tuning parameters
 //   THREADS_PER_ROW in [16, 32, 64, 128, 256, 512, 1024]   threads that share one row
@@ -26,12 +28,13 @@
 //   VEC             in [1, 2, 4]                           floats per access (float2, float4)
 //   ALGO            in [0, 1, 2]                           0 = three passes (max; sum of exp;
 //                                                          exp / sum), 1 = online (max and sum
-//                                                          in one pass, rescaled), 2 = three
-//                                                          passes, the exponentials kept (in the
-//                                                          cache, or with CACHE = 2 in y) and
-//                                                          scaled by 1 / sum in the last pass
+//                                                          in one pass, the sum rescaled once
+//                                                          per vector), 2 = three passes, the
+//                                                          exponentials kept (in the cache, or
+//                                                          with CACHE = 2 in y) and scaled by
+//                                                          1 / sum in the last pass
 //   CACHE           in [0, 1, 2]                           the row between passes: 0 = registers,
-//                                                          1 = shared memory, 2 = none
+//                                                          1 = shared memory, 2 = none (re-read)
 //   UNROLL          in [0, 1, 2, 4]                        unrolling of the loops over a thread's
 //                                                          vectors: 0 = full, else that factor
 //   FAST_EXP        in [0, 1]                              0 = expf, 1 = __expf (ex2.approx)
@@ -47,21 +50,26 @@
 // register array indexed by a run-time counter lives in local memory). The kernel is correct for
 // any rows >= 1 and COLS >= 1 with finite inputs: a thread's last vector may fall past the row's
 // end (skipped), and the rows of the last block past `rows` recompute the last row and store
-// nothing. Vector accesses need x and y aligned to 4 * W bytes (cudaMalloc: 256); where they are
-// not, the kernel falls back, uniformly for the whole launch, to scalar accesses of the same
-// elements.
+// nothing. Since COLS % W == 0, every row starts aligned when the arrays do: x and y must be
+// aligned to 4 * W bytes (cudaMalloc gives 256); a misaligned one is a launch error (misaligned
+// address), never a wrong result. (There is no scalar fallback: a second, unused copy of the
+// fully unrolled code would inflate the registers the compiler reports for the kernel.)
 //
 // Inside the space on purpose, so that the tuner learns where they are:
 //   * CACHE = 1 keeps ROWS_PER_BLOCK * COLS floats in static shared memory: over 48 KB
-//     (ROWS_PER_BLOCK >= 4 at COLS = 4096) ptxas fails ("uses too much shared data"), a
-//     resource failure;
-//   * CACHE = 0 keeps COLS / THREADS_PER_ROW floats per thread in registers: 128 or 256 (16 or 32
-//     threads per row at COLS = 4096) hit the 255-register cap and spill to local memory (slow,
-//     not failing), and registers * threads over 65536 compiles but cannot launch ("too many
-//     resources requested"); there is deliberately no __launch_bounds__, which would turn this
-//     into silent spilling;
-//   * CACHE = 2 reads x three times (ALGO = 0), twice (ALGO = 1), or reads x twice and writes and
-//     re-reads y (ALGO = 2).
+//     (ROWS_PER_BLOCK >= 4 at COLS = 4096: 1008 of the 4212 configurations) ptxas fails ("uses
+//     too much shared data"), a resource failure;
+//   * CACHE = 0 keeps COLS / THREADS_PER_ROW floats per thread in registers: 256 or 128 (16 or
+//     32 threads per row at COLS = 4096) hit the 255-register cap and spill to local memory
+//     (slow, not failing), and registers * threads over 65536 compiles but cannot launch ("too
+//     many resources requested"): 1024-thread blocks with 32 or more floats per thread, 512-thread
+//     blocks with 64 (some ALGO just over, some just under); there is deliberately no
+//     __launch_bounds__, which would turn this into silent spilling;
+//   * CACHE = 2 with UNROLL = 0 lets ptxas hoist a whole pass of loads: with many vectors per
+//     thread this too reaches the register cap and spills;
+//   * slow but correct: CACHE = 2 reads x three times (ALGO = 0), twice (ALGO = 1), or twice and
+//     writes and re-reads y (ALGO = 2); expf costs more than __expf; VEC = 1 issues four times
+//     the loads of VEC = 4.
 
 constexpr int COLS = ${COLS};
 constexpr int THREADS_PER_ROW = ${THREADS_PER_ROW};
@@ -109,13 +117,12 @@ __device__ __forceinline__ float exp_(float v) {
   }
 }
 
-// W contiguous floats at p, as one access when VECTOR (p aligned to W floats), else W scalar ones.
-template <bool VECTOR>
+// W contiguous floats at p (aligned to W floats), as one access.
 __device__ __forceinline__ void load_vec(float (&dst)[W], const float* p) {
-  if constexpr (VECTOR && W == 4) {
+  if constexpr (W == 4) {
     const float4 v = *reinterpret_cast<const float4*>(p);
     dst[0] = v.x; dst[1] = v.y; dst[2] = v.z; dst[3] = v.w;
-  } else if constexpr (VECTOR && W == 2) {
+  } else if constexpr (W == 2) {
     const float2 v = *reinterpret_cast<const float2*>(p);
     dst[0] = v.x; dst[1] = v.y;
   } else {
@@ -124,15 +131,45 @@ __device__ __forceinline__ void load_vec(float (&dst)[W], const float* p) {
   }
 }
 
-template <bool VECTOR>
 __device__ __forceinline__ void store_vec(float* p, const float (&src)[W]) {
-  if constexpr (VECTOR && W == 4) {
+  if constexpr (W == 4) {
     *reinterpret_cast<float4*>(p) = make_float4(src[0], src[1], src[2], src[3]);
-  } else if constexpr (VECTOR && W == 2) {
+  } else if constexpr (W == 2) {
     *reinterpret_cast<float2*>(p) = make_float2(src[0], src[1]);
   } else {
 #pragma unroll
     for (int e = 0; e < W; ++e) p[e] = src[e];
+  }
+}
+
+// W floats at p again, in a later pass of CACHE = 2: a volatile load, so that the compiler cannot
+// reuse the values of an earlier pass instead (it would, with fully unrolled loops, and the
+// configuration would silently become CACHE = 0). x is read through the non-coherent path; y
+// (ALGO = 2: the exponentials this thread stored) coherently, after a compiler memory barrier so
+// that those stores are neither dropped nor forwarded.
+template <bool FROM_Y>
+__device__ __forceinline__ void reload_vec(float (&dst)[W], const float* p) {
+  const size_t g = __cvta_generic_to_global(p);
+  if constexpr (FROM_Y && W == 4) {
+    asm volatile("ld.global.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(dst[0]), "=f"(dst[1]), "=f"(dst[2]), "=f"(dst[3])
+                 : "l"(g)
+                 : "memory");
+  } else if constexpr (FROM_Y && W == 2) {
+    asm volatile("ld.global.v2.f32 {%0, %1}, [%2];"
+                 : "=f"(dst[0]), "=f"(dst[1])
+                 : "l"(g)
+                 : "memory");
+  } else if constexpr (FROM_Y) {
+    asm volatile("ld.global.f32 %0, [%1];" : "=f"(dst[0]) : "l"(g) : "memory");
+  } else if constexpr (W == 4) {
+    asm volatile("ld.global.nc.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(dst[0]), "=f"(dst[1]), "=f"(dst[2]), "=f"(dst[3])
+                 : "l"(g));
+  } else if constexpr (W == 2) {
+    asm volatile("ld.global.nc.v2.f32 {%0, %1}, [%2];" : "=f"(dst[0]), "=f"(dst[1]) : "l"(g));
+  } else {
+    asm volatile("ld.global.nc.f32 %0, [%1];" : "=f"(dst[0]) : "l"(g));
   }
 }
 
@@ -205,17 +242,17 @@ __device__ __forceinline__ bool item_valid(int lane, int i) {
 using Cache = float[CACHE == 0 ? ITEMS : 1][W];  // a thread's vectors of the row (CACHE = 0)
 
 // Vector i of this thread's row from wherever CACHE keeps it (after the first pass); with
-// CACHE = 2 from `src` (x, or for ALGO = 2 the exponentials already stored in y).
-template <bool VECTOR>
+// CACHE = 2 from `src`: x, or (FROM_Y) the exponentials this thread already stored in y.
+template <bool FROM_Y>
 __device__ __forceinline__ void fetch(float (&v)[W], const Cache& regs, const float* srow,
                                       const float* src, int o, int i) {
   if constexpr (CACHE == 0) {
 #pragma unroll
     for (int e = 0; e < W; ++e) v[e] = regs[i][e];
   } else if constexpr (CACHE == 1) {
-    load_vec<true>(v, srow + o);  // shared rows are 16-byte aligned and COLS % W == 0
+    load_vec(v, srow + o);  // shared rows are 16-byte aligned and COLS % W == 0
   } else {
-    load_vec<VECTOR>(v, src + o);
+    reload_vec<FROM_Y>(v, src + o);
   }
 }
 
@@ -225,11 +262,10 @@ __device__ __forceinline__ void keep(Cache& regs, float* srow, const float (&v)[
 #pragma unroll
     for (int e = 0; e < W; ++e) regs[i][e] = v[e];
   } else if constexpr (CACHE == 1) {
-    store_vec<true>(srow + o, v);
+    store_vec(srow + o, v);
   }
 }
 
-template <bool VECTOR>
 __device__ __forceinline__ void softmax_row(const float* __restrict__ xr, float* __restrict__ yr,
                                             bool row_ok, int r, int lane, float* srow,
                                             float* partials) {
@@ -240,7 +276,7 @@ __device__ __forceinline__ void softmax_row(const float* __restrict__ xr, float*
   if constexpr (CACHE == 0) {
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) {  // every load issued before any arithmetic
-      if (item_valid(lane, i)) load_vec<VECTOR>(regs[i], xr + item_offset(lane, i));
+      if (item_valid(lane, i)) load_vec(regs[i], xr + item_offset(lane, i));
     }
   }
 #pragma unroll ITEM_UNROLL
@@ -252,8 +288,8 @@ __device__ __forceinline__ void softmax_row(const float* __restrict__ xr, float*
 #pragma unroll
       for (int e = 0; e < W; ++e) v[e] = regs[i][e];
     } else {
-      load_vec<VECTOR>(v, xr + o);
-      if constexpr (CACHE == 1) store_vec<true>(srow + o, v);
+      load_vec(v, xr + o);
+      if constexpr (CACHE == 1) store_vec(srow + o, v);
     }
     float top = v[0];
 #pragma unroll
@@ -279,7 +315,7 @@ __device__ __forceinline__ void softmax_row(const float* __restrict__ xr, float*
       if (!item_valid(lane, i)) continue;
       const int o = item_offset(lane, i);
       float v[W];
-      fetch<VECTOR>(v, regs, srow, xr, o, i);
+      fetch<false>(v, regs, srow, xr, o, i);
 #pragma unroll
       for (int e = 0; e < W; ++e) {
         v[e] = exp_(v[e] - m);
@@ -287,7 +323,7 @@ __device__ __forceinline__ void softmax_row(const float* __restrict__ xr, float*
       }
       if constexpr (ALGO == 2) {
         if constexpr (CACHE == 2) {
-          if (row_ok) store_vec<VECTOR>(yr + o, v);
+          if (row_ok) store_vec(yr + o, v);
         } else {
           keep(regs, srow, v, o, i);
         }
@@ -305,10 +341,10 @@ __device__ __forceinline__ void softmax_row(const float* __restrict__ xr, float*
     const int o = item_offset(lane, i);
     float v[W];
     // ALGO 2 with CACHE = 2 reads back what this thread stored in y in pass 2
-    fetch<VECTOR>(v, regs, srow, ALGO == 2 ? yr : xr, o, i);
+    fetch<ALGO == 2>(v, regs, srow, ALGO == 2 ? yr : xr, o, i);
 #pragma unroll
     for (int e = 0; e < W; ++e) v[e] = (ALGO == 2 ? v[e] : exp_(v[e] - m)) * inv;
-    store_vec<VECTOR>(yr + o, v);
+    store_vec(yr + o, v);
   }
 }
 
@@ -328,12 +364,5 @@ extern "C" __global__ void softmax(const float* __restrict__ x, float* __restric
   float* yr = y + static_cast<size_t>(row_ok ? row : 0) * COLS;
   float* srow = row_cache + (CACHE == 1 ? r * COLS : 0);
 
-  // uniform for the whole launch: vector accesses only where every row starts aligned
-  const unsigned long long bits =
-      reinterpret_cast<unsigned long long>(x) | reinterpret_cast<unsigned long long>(y);
-  if (W == 1 || bits % (sizeof(float) * W) == 0) {
-    softmax_row<true>(xr, yr, row_ok, r, lane, srow, partials);
-  } else {
-    softmax_row<false>(xr, yr, row_ok, r, lane, srow, partials);
-  }
+  softmax_row(xr, yr, row_ok, r, lane, srow, partials);
 }
