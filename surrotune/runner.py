@@ -30,7 +30,8 @@ import optuna
 from optuna.study import Study
 from optuna.trial import FrozenTrial, Trial, TrialState
 
-from surrotune.backends.base import Backend, Prepares
+from surrotune.backends.base import Backend, DescribesDevice, Prepares
+from surrotune.backends.occupancy import DeviceLimits
 from surrotune.result import ParamValue, Result, Status
 from surrotune.sampling import SpaceLike, distributions
 from surrotune.space import SpaceError
@@ -50,6 +51,8 @@ __all__ = [
 
 #: user attributes the runner adds beside the Result's (documented in docs/trials.md)
 RUNNER_ATTRS: dict[str, str] = {
+    "device_limits": "the limits of the GPU that measured this trial (name, compute capability, "
+    "SMs, threads, registers and shared memory per block and per SM, blocks per SM)",
     "duplicate_of": "number of the trial that measured this configuration first; not counted",
     "interrupted": "true on a trial cut short by Ctrl-C; not counted, measured again on resume",
     "stale_worker": "the worker that stopped sending heartbeats while it held this (interrupted) "
@@ -238,6 +241,22 @@ def batches_ahead(backend: Backend, batch_size: int) -> int:
     return max(MIN_BATCHES_AHEAD, math.ceil(2 * workers / max(1, batch_size)))
 
 
+#: cudaDeviceProp fields stored with every measured trial besides the occupancy calculator's
+_DEVICE_FIELDS = {
+    "name": "name",
+    "sm_count": "multiProcessorCount",
+    "max_blocks_per_sm": "maxBlocksPerMultiProcessor",
+    **DeviceLimits.PROPERTY_NAMES,
+}
+
+
+def device_limits(properties: Mapping[str, Any]) -> dict[str, Any]:
+    """The device limits a trial's resources are judged against, from the worker's hello: what
+    the issue of a refused launch or an occupancy needs, kept with each trial so that trials
+    measured by different GPUs of one study each say which limits applied."""
+    return {key: properties[prop] for key, prop in _DEVICE_FIELDS.items() if prop in properties}
+
+
 class Runner:
     """Drives one study with one backend until ``trials`` evaluations are stored.
 
@@ -281,6 +300,7 @@ class Runner:
         self.coordinator = coordinator
         self._distributions = distributions(space)
         self._preparer = backend if isinstance(backend, Prepares) else None
+        self._device_limits: dict[str, Any] | None = None  # read at the first measurement
         self.ask_ahead = max(0, ask_ahead)
         self._ahead: deque[_Batch] = deque()  # asked and prepared while an earlier one runs
         self._started = 0.0
@@ -527,6 +547,10 @@ class Runner:
                 trial.set_user_attr(name, value)  # unknown fields are left out: one write less
         if duplicate_of is not None:
             trial.set_user_attr("duplicate_of", duplicate_of)
+        elif result.status.counts_as_evaluation:
+            limits = self._limits()
+            if limits:
+                trial.set_user_attr("device_limits", limits)
         if result.ok:
             frozen = self.study.tell(trial, result.objective)
         else:
@@ -549,6 +573,14 @@ class Runner:
             assert value is not None and math.isfinite(value)
             if best is None or (value > best.value if maximize else value < best.value):
                 state.best = frozen
+
+    def _limits(self) -> dict[str, Any]:
+        """The backend's device limits (:func:`device_limits`), read once; empty when the
+        backend describes no device."""
+        if self._device_limits is None:
+            described = isinstance(self.backend, DescribesDevice)
+            self._device_limits = device_limits(self.backend.device()) if described else {}
+        return self._device_limits
 
     def _show(self, bar: Any, state: StudyState, *, force: bool = False) -> None:
         """Update the bar: at most a few times a second, however fast batches go."""

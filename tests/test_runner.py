@@ -8,6 +8,7 @@ import os
 import signal
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any, ClassVar
 
 import optuna
 import pytest
@@ -417,3 +418,40 @@ def test_batches_ahead_are_at_least_three_and_keep_two_compiles_per_process_queu
     assert batches_ahead(Compiles(2), 8) == 3
     assert batches_ahead(Compiles(64), 16) == 8
     assert batches_ahead(object(), 16) == 1  # type: ignore[arg-type]  # prepares nothing
+
+
+class DescribingSpy(SpyBackend):
+    """A backend on a GPU: it describes the device that measured its Results."""
+
+    PROPS: ClassVar[dict[str, Any]] = {
+        "name": "NVIDIA H200", "multiProcessorCount": 132, "maxBlocksPerMultiProcessor": 32,
+        "major": 9, "minor": 0, "maxThreadsPerBlock": 1024, "regsPerBlock": 65536,
+        "sharedMemPerBlockOptin": 232448, "pciBusId": "0000:19:00.0",
+    }  # fmt: skip
+
+    def device(self) -> dict[str, Any]:
+        return dict(self.PROPS)
+
+
+def test_every_measured_trial_keeps_the_device_limits(tiny: Path, tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    plain, _ = make_runner(tiny, storage, trials=12, constraints=["bx >= 32"], batch_size=8)
+    backend = DescribingSpy(plain.backend.inner)  # type: ignore[attr-defined]
+    runner = Runner(study=plain.study, space=plain.space, backend=backend, trials=12, batch_size=8)
+    for params in [{"bx": 8, "by": 4, "u": 1}, {"bx": 64, "by": 4, "u": 1}]:
+        runner.study.enqueue_trial(params)  # breaks a constraint; measured
+    runner.study.enqueue_trial({"bx": 64, "by": 4, "u": 1}, skip_if_exists=False)  # a repeat
+    runner.run()
+    trials = runner.study.get_trials()
+    measured = [
+        t for t in trials
+        if t.user_attrs["status"] != "constraint" and "duplicate_of" not in t.user_attrs
+    ]  # fmt: skip
+    assert len(measured) == 12
+    expected = {
+        "name": "NVIDIA H200", "sm_count": 132, "max_blocks_per_sm": 32, "major": 9, "minor": 0,
+        "max_threads_per_block": 1024, "regs_per_block": 65536, "shared_per_block_optin": 232448,
+    }  # fmt: skip
+    assert all(t.user_attrs["device_limits"] == expected for t in measured)
+    others = [t for t in trials if t not in measured]
+    assert others and not any("device_limits" in t.user_attrs for t in others)
