@@ -4,9 +4,7 @@ multiples of nothing, non-square filters and misaligned pointers."""
 
 from __future__ import annotations
 
-import importlib.util
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +19,13 @@ from surrotune.backends.compile import (
     compile_many,
 )
 from surrotune.experiment import load_experiment
-from surrotune.expressions import Expression
 from surrotune.template import Template
+from tests.templates.template_support import (
+    assert_in_declared_space,
+    declared_space,
+    feasible,
+    load_reference,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 CONVOLUTION = REPO / "templates" / "convolution.cu"
@@ -63,28 +66,6 @@ def shared_bytes(c: Mapping[str, int], fw: int = 17, fh: int = 17) -> int:
         round_up(c["BLOCK_X"] * c["TILE_X"] + fw - 1, 4) + c["PAD"]
     )
     return 4 * (c["USE_SHARED"] * tile + c["FILTER_SHARED"] * fh * round_up(fw, 4))
-
-
-def declared_space(text: str) -> tuple[dict[str, list[int]], list[str], tuple[int, int]]:
-    """The parameter lists, constraints and counts from the header comment of convolution.cu."""
-    params = {
-        match[1]: [int(v) for v in match[2].split(",")]
-        for match in re.finditer(r"^//\s+(\w+)\s+in \[([^\]]*)\]", text, re.MULTILINE)
-    }
-    block = text.split("// Constraints", 1)[1].split("// Feasible", 1)[0]
-    constraints = [line[2:].strip() for line in block.splitlines()[1:] if line.startswith("//")]
-    counts = re.search(r"// Feasible configurations: (\d+) of (\d+)\.", text)
-    assert counts is not None
-    return params, [c for c in constraints if c], (int(counts[1]), int(counts[2]))
-
-
-def feasible(params: Mapping[str, list[int]], constraints: list[str]) -> dict[str, np.ndarray]:
-    grids = np.meshgrid(*(np.array(v) for v in params.values()), indexing="ij")
-    env = {name: grid.ravel() for name, grid in zip(params, grids, strict=True)}
-    mask = np.ones(next(iter(env.values())).shape, dtype=bool)
-    for text in constraints:
-        mask &= np.asarray(Expression.parse(text, known=params).evaluate(env), dtype=bool)
-    return {name: values[mask] for name, values in env.items()}
 
 
 @pytest.fixture(scope="module")
@@ -152,11 +133,9 @@ def compiled(template: Template) -> list[CompiledKernel | CompileError]:
 @pytest.mark.nvcc
 def test_samples_are_in_the_declared_space(template: Template) -> None:
     _, constraints, _ = declared_space(template.text)
-    for c, _ in [*SAMPLES, *((g, "gpu") for g in GPU_CONFIGS)]:
-        env = {name: np.array([value]) for name, value in c.items()}
-        assert all(Expression.parse(text).evaluate(env).all() for text in constraints), (
-            f"{c} breaks a declared constraint"
-        )
+    assert_in_declared_space(
+        (c for c, _ in [*SAMPLES, *((g, "gpu") for g in GPU_CONFIGS)]), constraints
+    )
 
 
 @pytest.mark.nvcc
@@ -194,14 +173,6 @@ def test_a_config_outside_the_space_fails_to_compile(template: Template) -> None
     assert "VEC must divide TILE_X" in info.value.message
 
 
-def load_reference() -> Callable[..., dict[str, Any]]:
-    spec = importlib.util.spec_from_file_location("convolution_reference", REFERENCE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.reference  # type: ignore[no-any-return]
-
-
 def direct(image: np.ndarray, kernel: np.ndarray, h: int, w: int) -> np.ndarray:
     """The definition, summed term by term in float64."""
     fh, fw = kernel.shape
@@ -217,7 +188,7 @@ def test_reference_is_the_float64_correlation(w: int, h: int, fw: int, fh: int) 
     rng = np.random.default_rng(w * h)
     image = rng.uniform(-1, 1, (h + fh - 1, w + fw - 1)).astype(np.float32)
     kernel = rng.uniform(-1, 1, (fh, fw)).astype(np.float32)
-    out = load_reference()(
+    out = load_reference(REFERENCE)(
         input=image, filter=kernel, output=np.zeros((h, w), np.float32), W=np.int32(w), H=h
     )["output"]
     assert out.dtype == np.float64
@@ -226,7 +197,7 @@ def test_reference_is_the_float64_correlation(w: int, h: int, fw: int, fh: int) 
     # a correlation, not a convolution: one tap lands on the input shifted by its position
     kernel = np.zeros_like(kernel)
     kernel[fh - 1, 0] = 1
-    shifted = load_reference()(input=image, filter=kernel, output=out, W=w, H=h)["output"]
+    shifted = load_reference(REFERENCE)(input=image, filter=kernel, output=out, W=w, H=h)["output"]
     np.testing.assert_allclose(shifted, image[fh - 1 : fh - 1 + h, :w], atol=1e-12)
 
 
@@ -295,7 +266,7 @@ def test_convolution_matches_numpy(
     convolution(grid, block, (d_image, d_kernel, d_out, np.int32(w), np.int32(h)))
     cupy.cuda.runtime.deviceSynchronize()
 
-    expected = load_reference()(
+    expected = load_reference(REFERENCE)(
         input=image, filter=kernel, output=np.empty((h, w), np.float32), W=w, H=h
     )["output"]
     result = cupy.asnumpy(d_out).reshape(h, w).astype(np.float64)

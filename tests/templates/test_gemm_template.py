@@ -3,11 +3,8 @@ its results against NumPy for shapes that are multiples of nothing."""
 
 from __future__ import annotations
 
-import importlib.util
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -19,8 +16,13 @@ from surrotune.backends.compile import (
     compile_kernel,
     compile_many,
 )
-from surrotune.expressions import Expression
 from surrotune.template import Template
+from tests.templates.template_support import (
+    assert_in_declared_space,
+    declared_space,
+    feasible,
+    load_reference,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 GEMM = REPO / "templates" / "gemm.cu"
@@ -42,28 +44,6 @@ def shared_bytes(c: Mapping[str, int]) -> int:
     """Static shared memory as the header documents it: two tiles, padded, per stage."""
     stages = 1 + c["DOUBLE_BUFFER"]
     return 4 * stages * c["BLOCK_K"] * (c["BLOCK_M"] + c["BLOCK_N"] + 2 * c["PAD"])
-
-
-def declared_space(text: str) -> tuple[dict[str, list[int]], list[str], tuple[int, int]]:
-    """The parameter lists, constraints and counts from the header comment of gemm.cu."""
-    params = {
-        match[1]: [int(v) for v in match[2].split(",")]
-        for match in re.finditer(r"^//\s+(\w+)\s+in \[([^\]]*)\]", text, re.MULTILINE)
-    }
-    block = text.split("// Constraints", 1)[1].split("// Feasible", 1)[0]
-    constraints = [line[2:].strip() for line in block.splitlines()[1:] if line.startswith("//")]
-    counts = re.search(r"// Feasible configurations: (\d+) of (\d+)\.", text)
-    assert counts is not None
-    return params, [c for c in constraints if c], (int(counts[1]), int(counts[2]))
-
-
-def feasible(params: Mapping[str, list[int]], constraints: list[str]) -> dict[str, np.ndarray]:
-    grids = np.meshgrid(*(np.array(v) for v in params.values()), indexing="ij")
-    env = {name: grid.ravel() for name, grid in zip(params, grids, strict=True)}
-    mask = np.ones(next(iter(env.values())).shape, dtype=bool)
-    for text in constraints:
-        mask &= np.asarray(Expression.parse(text, known=params).evaluate(env), dtype=bool)
-    return {name: values[mask] for name, values in env.items()}
 
 
 @pytest.fixture(scope="module")
@@ -112,11 +92,9 @@ def compiled(template: Template) -> list[CompiledKernel | CompileError]:
 @pytest.mark.nvcc
 def test_samples_are_in_the_declared_space(template: Template) -> None:
     _, constraints, _ = declared_space(template.text)
-    for c, _ in [*SAMPLES, *((g, "gpu") for g in GPU_CONFIGS)]:
-        env = {name: np.array([value]) for name, value in c.items()}
-        assert all(Expression.parse(text).evaluate(env).all() for text in constraints), (
-            f"{c} breaks a declared constraint"
-        )
+    assert_in_declared_space(
+        (c for c, _ in [*SAMPLES, *((g, "gpu") for g in GPU_CONFIGS)]), constraints
+    )
 
 
 @pytest.mark.nvcc
@@ -155,19 +133,11 @@ def test_a_config_outside_the_space_fails_to_compile(template: Template) -> None
     assert "thread tile must divide the block" in info.value.message
 
 
-def load_reference() -> Callable[..., dict[str, Any]]:
-    spec = importlib.util.spec_from_file_location("gemm_reference", REFERENCE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.reference  # type: ignore[no-any-return]
-
-
 def test_reference_is_the_float64_product() -> None:
     rng = np.random.default_rng(1)
     a = rng.standard_normal((5, 3)).astype(np.float32)
     b = rng.standard_normal((3, 4)).astype(np.float32)
-    out = load_reference()(A=a, B=b, C=np.zeros((5, 4), np.float32), M=5, N=4, K=3)
+    out = load_reference(REFERENCE)(A=a, B=b, C=np.zeros((5, 4), np.float32), M=5, N=4, K=3)
     assert out["C"].dtype == np.float64
     np.testing.assert_allclose(out["C"], a.astype(np.float64) @ b.astype(np.float64))
 
@@ -206,7 +176,9 @@ def test_gemm_matches_numpy(
     gemm(grid, (threads(c),), (d_a, d_b, d_c, np.int32(m), np.int32(n), np.int32(k)))
     cupy.cuda.runtime.deviceSynchronize()
 
-    expected = load_reference()(A=a, B=b, C=np.empty((m, n), np.float32), M=m, N=n, K=k)["C"]
+    expected = load_reference(REFERENCE)(A=a, B=b, C=np.empty((m, n), np.float32), M=m, N=n, K=k)[
+        "C"
+    ]
     result = cupy.asnumpy(d_c).astype(np.float64)
     assert np.isfinite(result).all()
     error = np.linalg.norm(result - expected) / np.linalg.norm(expected)

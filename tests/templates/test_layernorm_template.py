@@ -3,11 +3,8 @@ GPU) its results against NumPy for hidden sizes that are multiples of nothing.""
 
 from __future__ import annotations
 
-import importlib.util
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -20,8 +17,13 @@ from surrotune.backends.compile import (
     compile_many,
 )
 from surrotune.experiment import load_experiment
-from surrotune.expressions import Expression
 from surrotune.template import Template
+from tests.templates.template_support import (
+    assert_in_declared_space,
+    declared_space,
+    feasible,
+    load_reference,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 LAYERNORM = REPO / "templates" / "layernorm.cu"
@@ -49,28 +51,6 @@ def shared_bytes(c: Mapping[str, int], hidden: int = HIDDEN) -> int:
     slots = 2 if c["ALGO"] == 0 else 1
     partials = slots * c["ROWS_PER_BLOCK"] * warps_per_row * 3 if warps_per_row > 1 else 0
     return 4 * (rows + partials)
-
-
-def declared_space(text: str) -> tuple[dict[str, list[int]], list[str], tuple[int, int]]:
-    """The parameter lists, constraints and counts from the header comment of layernorm.cu."""
-    params = {
-        match[1]: [int(v) for v in match[2].split(",")]
-        for match in re.finditer(r"^//\s+(\w+)\s+in \[([^\]]*)\]", text, re.MULTILINE)
-    }
-    block = text.split("// Constraints", 1)[1].split("// Feasible", 1)[0]
-    constraints = [line[2:].strip() for line in block.splitlines()[1:] if line.startswith("//")]
-    counts = re.search(r"// Feasible configurations: (\d+) of (\d+)\.", text)
-    assert counts is not None
-    return params, [c for c in constraints if c], (int(counts[1]), int(counts[2]))
-
-
-def feasible(params: Mapping[str, list[int]], constraints: list[str]) -> dict[str, np.ndarray]:
-    grids = np.meshgrid(*(np.array(v) for v in params.values()), indexing="ij")
-    env = {name: grid.ravel() for name, grid in zip(params, grids, strict=True)}
-    mask = np.ones(next(iter(env.values())).shape, dtype=bool)
-    for text in constraints:
-        mask &= np.asarray(Expression.parse(text, known=params).evaluate(env), dtype=bool)
-    return {name: values[mask] for name, values in env.items()}
 
 
 @pytest.fixture(scope="module")
@@ -135,11 +115,9 @@ def compiled(template: Template) -> list[CompiledKernel | CompileError]:
 @pytest.mark.nvcc
 def test_samples_are_in_the_declared_space(template: Template) -> None:
     _, constraints, _ = declared_space(template.text)
-    for c, _ in [*SAMPLES, *((g, "gpu") for g in GPU_CONFIGS)]:
-        env = {name: np.array([value]) for name, value in c.items()}
-        assert all(Expression.parse(text).evaluate(env).all() for text in constraints), (
-            f"{c} breaks a declared constraint"
-        )
+    assert_in_declared_space(
+        (c for c, _ in [*SAMPLES, *((g, "gpu") for g in GPU_CONFIGS)]), constraints
+    )
 
 
 @pytest.mark.nvcc
@@ -179,20 +157,12 @@ def test_a_config_outside_the_space_fails_to_compile(template: Template) -> None
     assert "a row cached in registers needs UNROLL = 0" in info.value.message
 
 
-def load_reference() -> Callable[..., dict[str, Any]]:
-    spec = importlib.util.spec_from_file_location("layernorm_reference", REFERENCE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.reference  # type: ignore[no-any-return]
-
-
 def test_reference_is_layer_norm_in_float64() -> None:
     rng = np.random.default_rng(1)
     x = rng.standard_normal((3, 7)).astype(np.float32)
     gamma = rng.standard_normal(7).astype(np.float32)
     beta = rng.standard_normal(7).astype(np.float32)
-    out = load_reference()(x=x, gamma=gamma, beta=beta, y=np.zeros_like(x), rows=3)["y"]
+    out = load_reference(REFERENCE)(x=x, gamma=gamma, beta=beta, y=np.zeros_like(x), rows=3)["y"]
     assert out.dtype == np.float64
     assert out.shape == x.shape
     a = x.astype(np.float64)
@@ -244,7 +214,9 @@ def test_layernorm_matches_numpy(
     layernorm(grid, (threads(c),), (d_x, d_gamma, d_beta, d_y, np.int32(rows)))
     cupy.cuda.runtime.deviceSynchronize()
 
-    expected = load_reference()(x=x, gamma=gamma, beta=beta, y=np.empty_like(x), rows=rows)["y"]
+    expected = load_reference(REFERENCE)(
+        x=x, gamma=gamma, beta=beta, y=np.empty_like(x), rows=rows
+    )["y"]
     result = cupy.asnumpy(d_y).astype(np.float64)
     assert np.isfinite(result).all()
     error = np.linalg.norm(result - expected) / np.linalg.norm(expected)

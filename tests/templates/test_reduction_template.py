@@ -3,9 +3,7 @@ GPU) its sums against NumPy for sizes and alignments that are multiples of nothi
 
 from __future__ import annotations
 
-import importlib.util
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +19,13 @@ from surrotune.backends.compile import (
 )
 from surrotune.backends.cuda import launch_geometry
 from surrotune.experiment import Experiment, load_experiment
-from surrotune.expressions import Expression
 from surrotune.space import SearchSpace
 from surrotune.template import Template
+from tests.templates.template_support import (
+    assert_in_declared_space,
+    declared_space,
+    load_reference,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATE = REPO / "templates" / "reduction.cu"
@@ -55,19 +57,6 @@ def shared_bytes(c: Mapping[str, int]) -> int:
 
 def grid_size(c: Mapping[str, int], n: int) -> int:
     return -(-n // chunk_floats(c)) if c["BLOCKS_PER_SM"] == 0 else SMS * c["BLOCKS_PER_SM"]
-
-
-def declared_space(text: str) -> tuple[dict[str, list[int]], list[str], tuple[int, int]]:
-    """The parameter lists, constraints and counts from the header comment of the template."""
-    params = {
-        match[1]: [int(v) for v in match[2].split(",")]
-        for match in re.finditer(r"^//\s+(\w+)\s+in \[([^\]]*)\]", text, re.MULTILINE)
-    }
-    block = text.split("// Constraints", 1)[1].split("// Feasible", 1)[0]
-    constraints = [line[2:].strip() for line in block.splitlines()[1:] if line.startswith("//")]
-    counts = re.search(r"// Feasible configurations: (\d+) of (\d+)\.", text)
-    assert counts is not None
-    return params, [c for c in constraints if c], (int(counts[1]), int(counts[2]))
 
 
 @pytest.fixture(scope="module")
@@ -162,11 +151,9 @@ def compiled(template: Template, experiment: Experiment) -> list[CompiledKernel 
 @pytest.mark.nvcc
 def test_samples_are_in_the_declared_space(template: Template) -> None:
     _, constraints, _ = declared_space(template.text)
-    for c, _ in [*SAMPLES, *((g, "gpu") for g in GPU_CONFIGS)]:
-        env = {name: np.array([value]) for name, value in c.items()}
-        assert all(Expression.parse(text).evaluate(env).all() for text in constraints), (
-            f"{c} breaks a declared constraint"
-        )
+    assert_in_declared_space(
+        (c for c, _ in [*SAMPLES, *((g, "gpu") for g in GPU_CONFIGS)]), constraints
+    )
 
 
 @pytest.mark.nvcc
@@ -203,17 +190,9 @@ def test_a_config_outside_the_space_fails_to_compile(template: Template) -> None
     assert "at most 64 floats per thread and chunk" in info.value.message
 
 
-def load_reference() -> Callable[..., dict[str, Any]]:
-    spec = importlib.util.spec_from_file_location("reduction_reference", REFERENCE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.reference  # type: ignore[no-any-return]
-
-
 def test_reference_is_the_float64_sum() -> None:
     x = np.array([1e8, 1.0, -1e8, 0.5], dtype=np.float32)  # float32 sums would lose the 1.0
-    out = load_reference()(x=x, out=np.zeros(1, np.float32), n=4)
+    out = load_reference(REFERENCE)(x=x, out=np.zeros(1, np.float32), n=4)
     assert out["out"].dtype == np.float64
     assert out["out"].shape == (1,)
     assert out["out"][0] == 1.5
@@ -290,7 +269,7 @@ def test_reduction_matches_numpy_at_the_default_size(
     assert experiment.reference is not None
     host = create_inputs(experiment.arguments, experiment.sizes, seed=0)
     n = int(host["n"])
-    expected = load_reference()(**{k: v for k, v in host.items()})["out"]
+    expected = load_reference(REFERENCE)(**{k: v for k, v in host.items()})["out"]
     d_x = cupy.asarray(host["x"])
     for index, c in enumerate(GPU_CONFIGS):
         result = np.array([run_sum(kernels[index], c, d_x, n)])

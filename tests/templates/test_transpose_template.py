@@ -3,9 +3,7 @@ GPU) its results against NumPy for shapes and alignments that are multiples of n
 
 from __future__ import annotations
 
-import importlib.util
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +19,13 @@ from surrotune.backends.compile import (
 )
 from surrotune.backends.cuda import launch_geometry
 from surrotune.experiment import Experiment, load_experiment
-from surrotune.expressions import Expression
 from surrotune.space import SearchSpace
 from surrotune.template import Template
+from tests.templates.template_support import (
+    assert_in_declared_space,
+    declared_space,
+    load_reference,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATE = REPO / "templates" / "transpose.cu"
@@ -55,19 +57,6 @@ def grid(c: Mapping[str, int], rows: int, cols: int) -> tuple[int, int]:
 def shared_bytes(c: Mapping[str, int]) -> int:
     """Static shared memory as the header documents it: one padded tile, or none."""
     return 4 * c["TILE_DIM"] * (c["TILE_DIM"] + c["PAD"]) if c["SHARED"] else 0
-
-
-def declared_space(text: str) -> tuple[dict[str, list[int]], list[str], tuple[int, int]]:
-    """The parameter lists, constraints and counts from the header comment of the template."""
-    params = {
-        match[1]: [int(v) for v in match[2].split(",")]
-        for match in re.finditer(r"^//\s+(\w+)\s+in \[([^\]]*)\]", text, re.MULTILINE)
-    }
-    part = text.split("// Constraints", 1)[1].split("// Feasible", 1)[0]
-    constraints = [line[2:].strip() for line in part.splitlines()[1:] if line.startswith("//")]
-    counts = re.search(r"// Feasible configurations: (\d+) of (\d+)\.", text)
-    assert counts is not None
-    return params, [c for c in constraints if c], (int(counts[1]), int(counts[2]))
 
 
 @pytest.fixture(scope="module")
@@ -152,11 +141,9 @@ def compiled(template: Template, experiment: Experiment) -> list[CompiledKernel 
 @pytest.mark.nvcc
 def test_samples_are_in_the_declared_space(template: Template) -> None:
     _, constraints, _ = declared_space(template.text)
-    for c, _ in [*SAMPLES, *((g, "gpu") for g in GPU_CONFIGS)]:
-        env = {name: np.array([value]) for name, value in c.items()}
-        assert all(Expression.parse(text).evaluate(env).all() for text in constraints), (
-            f"{c} breaks a declared constraint"
-        )
+    assert_in_declared_space(
+        (c for c, _ in [*SAMPLES, *((g, "gpu") for g in GPU_CONFIGS)]), constraints
+    )
 
 
 @pytest.mark.nvcc
@@ -197,17 +184,9 @@ def test_a_config_outside_the_space_fails_to_compile(template: Template) -> None
     assert "PAD only pads a shared tile" in info.value.message
 
 
-def load_reference() -> Callable[..., dict[str, Any]]:
-    spec = importlib.util.spec_from_file_location("transpose_reference", REFERENCE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.reference  # type: ignore[no-any-return]
-
-
 def test_reference_is_the_transpose() -> None:
     a = np.arange(15, dtype=np.float32).reshape(3, 5)
-    out = load_reference()(A=a, B=np.empty((5, 3), np.float32), rows=3, cols=5)["B"]
+    out = load_reference(REFERENCE)(A=a, B=np.empty((5, 3), np.float32), rows=3, cols=5)["B"]
     assert out.shape == (5, 3)
     assert out.flags.c_contiguous
     np.testing.assert_array_equal(out, a.T)
@@ -270,7 +249,7 @@ def test_transpose_matches_numpy(kernels: list[Any], index: int) -> None:
             where = f"{c} on {rows} x {cols}, offsets {in_offset}, {out_offset}"
             assert np.isnan(result[:start]).all(), f"written before out: {where}"
             assert np.isnan(result[start + rows * cols :]).all(), f"written after out: {where}"
-            expected = load_reference()(
+            expected = load_reference(REFERENCE)(
                 A=a, B=np.empty((cols, rows), np.float32), rows=rows, cols=cols
             )
             np.testing.assert_array_equal(
