@@ -857,13 +857,14 @@ class _CudaState:
     cupy: Any
     args: tuple[Any, ...]
     poisoned: dict[str, Any]  # outputs (and scratch buffers), reset before each check
-    fills: dict[str, str]  # by argument name: "zeros" outputs are zeroed, the others poisoned
     expected: dict[str, np.ndarray]  # by output name
     rtol: float
     working_set_bytes: int = 0  # every array argument: what a launch touches at most
     l2_bytes: int | None = None
     clocks: ClockReader = field(default_factory=lambda: NoClocks("not opened"))
     flush_buffer: Any = None  # allocated on the first job that flushes the L2
+    #: fill by argument name: "zeros" outputs are zeroed before a check, the others poisoned
+    fills: dict[str, str] = field(default_factory=dict)
 
     def run(self, job: LaunchJob) -> LaunchReply | Retire:
         """Load, launch once and verify, then time; a sticky error retires the worker."""
@@ -901,7 +902,7 @@ class _CudaState:
 
             phase = "preparing the outputs"
             for name, array in self.poisoned.items():
-                reset_output(array, self.fills[name])
+                reset_output(array, self.fills.get(name, "output"))
             phase = "launching"
             launch()
             phase = "running"
