@@ -74,9 +74,12 @@ __all__ = [
     "Sanitizes",
     "find_compute_sanitizer",
     "format_sanitize",
+    "launch_arguments",
+    "launch_kernel",
     "launch_once",
     "main",
     "parse_sanitizer_output",
+    "rebuild_launch",
     "run_sanitizer",
     "sanitize_trials",
 ]
@@ -327,6 +330,42 @@ def run_sanitizer(
     return run_process_group(command, timeout_s)
 
 
+def rebuild_launch(backend: CudaBackend, config: Mapping[str, ParamValue]) -> SanitizeJob:
+    """The cubin and launch of ``config``, as ``backend`` compiled and launched it: for a tool
+    (compute-sanitizer, ncu) that must run the very kernel that was timed.
+
+    Raises CompileError (or ValueError for the geometry) when it cannot be built; a
+    configuration that was measured ``ok`` never does, and the cubin comes from the backend's
+    compile cache where it has one.
+    """
+    from surrotune.backends.cuda import launch_geometry
+
+    experiment = backend.experiment
+    kernel, launch = experiment.kernel, experiment.launch
+    assert kernel is not None and launch is not None  # CudaBackend checked both
+    env = {**experiment.sizes, **config}
+    request = CompileRequest(
+        source=Template.from_file(kernel.template).render(env),
+        kernel_name=kernel.name,
+        arch=kernel.arch or backend.device()["arch"],
+        options=kernel.options,
+    )
+    # the backend's own compiler (NVRTC or nvcc) and cache: the very cubin that was timed
+    compiled = backend.compiler.submit(request).result()
+    if isinstance(compiled, CompileError):
+        raise compiled
+    geometry = launch_geometry(launch, env)
+    return SanitizeJob(
+        experiment=experiment,
+        cubin=compiled.cubin,
+        kernel_name=compiled.kernel_name,
+        grid=geometry.grid,
+        block=geometry.block,
+        dynamic_shared_bytes=geometry.dynamic_shared_bytes,
+        device_id=backend.device_id,
+    )
+
+
 class CudaSanitizer:
     """Checks configurations of a :class:`~surrotune.backends.cuda.CudaBackend`'s experiment.
 
@@ -362,38 +401,8 @@ class CudaSanitizer:
         self.print_limit = print_limit
 
     def job(self, config: Mapping[str, ParamValue]) -> SanitizeJob:
-        """The cubin and launch of ``config``, as the backend compiled and launched it.
-
-        Raises CompileError (or ValueError for the geometry) when it cannot be built; a
-        configuration that was measured ``ok`` never does, and the cubin comes from the
-        backend's compile cache where it has one.
-        """
-        from surrotune.backends.cuda import launch_geometry
-
-        experiment = self.backend.experiment
-        kernel, launch = experiment.kernel, experiment.launch
-        assert kernel is not None and launch is not None  # CudaBackend checked both
-        env = {**experiment.sizes, **config}
-        request = CompileRequest(
-            source=Template.from_file(kernel.template).render(env),
-            kernel_name=kernel.name,
-            arch=kernel.arch or self.backend.device()["arch"],
-            options=kernel.options,
-        )
-        # the backend's own compiler (NVRTC or nvcc) and cache: the very cubin that was timed
-        compiled = self.backend.compiler.submit(request).result()
-        if isinstance(compiled, CompileError):
-            raise compiled
-        geometry = launch_geometry(launch, env)
-        return SanitizeJob(
-            experiment=experiment,
-            cubin=compiled.cubin,
-            kernel_name=compiled.kernel_name,
-            grid=geometry.grid,
-            block=geometry.block,
-            dynamic_shared_bytes=geometry.dynamic_shared_bytes,
-            device_id=self.backend.device_id,
-        )
+        """The cubin and launch of ``config``, as the backend compiled and launched it."""
+        return rebuild_launch(self.backend, config)
 
     def sanitize(self, config: Mapping[str, ParamValue], label: str) -> SanitizeResult:
         """Run each tool on ``config``; the first finding (or inconclusive run) ends the check."""
@@ -565,19 +574,21 @@ def format_sanitize(
 # --------------------------------------------------------------------------- the target process
 
 
-def launch_once(job: SanitizeJob) -> int:
-    """Build the inputs as the worker does, launch the kernel once, synchronise (exit code).
+def launch_arguments(experiment: Experiment, device_id: int, *, pool: bool = False) -> tuple:
+    """The kernel's arguments on the GPU, built as the worker builds them (same inputs, outputs
+    reset as before a check).
 
-    CuPy's memory pool is switched off first: pooled arrays share one driver allocation, and a
-    write past the end of one would land inside another, where memcheck cannot see it.
+    With ``pool`` False, CuPy's memory pool is switched off first: pooled arrays share one driver
+    allocation, and a write past the end of one would land inside another, where memcheck cannot
+    see it.
     """
     import cupy
 
     from surrotune.backends.worker import create_inputs, reset_output
 
-    cupy.cuda.set_allocator(None)
-    cupy.cuda.Device(job.device_id).use()
-    experiment = job.experiment
+    if not pool:
+        cupy.cuda.set_allocator(None)
+    cupy.cuda.Device(device_id).use()
     host = create_inputs(experiment.arguments, experiment.sizes, experiment.evaluation.seed)
     device = {
         name: cupy.asarray(value) if isinstance(value, np.ndarray) else value
@@ -586,24 +597,39 @@ def launch_once(job: SanitizeJob) -> int:
     for arg in experiment.arguments:
         if arg.output or arg.fill == "output":
             reset_output(device[arg.name], arg.fill)
-    module = cupy.cuda.function.Module()
-    module.load(job.cubin)
-    function = module.get_function(job.kernel_name)
-    if job.dynamic_shared_bytes > _DEFAULT_DYNAMIC_SHARED_LIMIT:
-        cupy.cuda.driver.funcSetAttribute(
-            function.ptr,
-            cupy.cuda.driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            job.dynamic_shared_bytes,
-        )
-    args = tuple(device[arg.name] for arg in experiment.arguments)
+    cupy.cuda.Device().synchronize()
+    return tuple(device[arg.name] for arg in experiment.arguments)
+
+
+def launch_kernel(job: SanitizeJob, args: tuple) -> int:
+    """Load ``job``'s cubin, launch it once on ``args`` and synchronise (exit code, 1 on a CUDA
+    error, which is printed)."""
+    import cupy
+
     try:
+        module = cupy.cuda.function.Module()
+        module.load(job.cubin)
+        function = module.get_function(job.kernel_name)
+        if job.dynamic_shared_bytes > _DEFAULT_DYNAMIC_SHARED_LIMIT:
+            cupy.cuda.driver.funcSetAttribute(
+                function.ptr,
+                cupy.cuda.driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                job.dynamic_shared_bytes,
+            )
         function(job.grid, job.block, args, shared_mem=job.dynamic_shared_bytes)
         cupy.cuda.Device().synchronize()
     except (cupy.cuda.driver.CUDADriverError, cupy.cuda.runtime.CUDARuntimeError) as exc:
         print(f"surrotune sanitize target: {exc}", file=sys.stderr)
         return 1
-    print("surrotune sanitize target: launched and synchronised")
     return 0
+
+
+def launch_once(job: SanitizeJob) -> int:
+    """Build the inputs as the worker does, launch the kernel once, synchronise (exit code)."""
+    code = launch_kernel(job, launch_arguments(job.experiment, job.device_id))
+    if code == 0:
+        print("surrotune sanitize target: launched and synchronised")
+    return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
