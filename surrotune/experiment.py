@@ -24,6 +24,11 @@ from surrotune.expressions import Expression, ExpressionError
 from surrotune.result import ParamValue
 from surrotune.template import Template, TemplateError
 
+#: ``[evaluation] counters``: which trials Nsight Compute profiles at the end of a run
+#: (surrotune.counters.policy.CountersMode; kept here so that reading an experiment needs no
+#: Optuna import)
+COUNTERS_MODES = ("none", "elite", "failures", "all")
+
 __all__ = [
     "ArgumentSpec",
     "EvaluationSettings",
@@ -156,6 +161,8 @@ class EvaluationSettings:
     target_precision: float = 0.01  # half-width of the median's 95 % interval, relative
     max_measure_s: float = 1.0  # wall-time cap on the timed rounds of one configuration
     l2_flush: str = "auto"  # auto, always or never (backends.measure.choose_l2_flush)
+    counters: str = "none"  # none, elite, failures or all (surrotune.counters.policy)
+    counters_budget: float = 0.1  # share of the run's wall time profiling may take
 
 
 @dataclass(frozen=True)
@@ -454,6 +461,16 @@ def _parse_precision(reader: _Reader, table: Mapping[str, Any]) -> float:
     return float(value)
 
 
+def _parse_share(reader: _Reader, table: Mapping[str, Any], key: str, default: float) -> float:
+    value = table.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise reader.fail(
+            f"evaluation.{key}",
+            f"expected a share of the run's wall time, above 0 and at most 1, got {value!r}",
+        )
+    return float(value)
+
+
 def _parse_duration_key(
     reader: _Reader, table: Mapping[str, Any], key: str, default: float
 ) -> float:
@@ -480,7 +497,8 @@ def load_experiment(path: str | Path) -> Experiment:
     evaluation_t = reader.table(
         data, "evaluation",
         ("backend", "dataset", "warmup", "repeats", "kernel_timeout", "compile_workers", "seed",
-         "min_repeats", "max_repeats", "target_precision", "max_measure_time", "l2_flush"),
+         "min_repeats", "max_repeats", "target_precision", "max_measure_time", "l2_flush",
+         "counters", "counters_budget"),
     )  # fmt: skip
     backend = reader.choice(evaluation_t, "backend", "evaluation", BACKENDS, "cuda")
     dataset = None
@@ -506,6 +524,8 @@ def load_experiment(path: str | Path) -> Experiment:
         target_precision=_parse_precision(reader, evaluation_t),
         max_measure_s=_parse_duration_key(reader, evaluation_t, "max_measure_time", 1.0),
         l2_flush=reader.choice(evaluation_t, "l2_flush", "evaluation", L2_FLUSH_MODES, "auto"),
+        counters=reader.choice(evaluation_t, "counters", "evaluation", COUNTERS_MODES, "none"),
+        counters_budget=_parse_share(reader, evaluation_t, "counters_budget", 0.1),
     )
     live = backend == "cuda"
 

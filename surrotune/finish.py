@@ -9,8 +9,14 @@ Two checks, each skipped where the backend cannot do it:
 2. ``--remeasure K`` (default 5, 0 to skip): the top K configurations measured again in
    interleaved rounds, and whether the winner held (:mod:`surrotune.backends.remeasure`).
 
-Sanitizing comes first, so that the re-measurement compares configurations that passed it.
-Neither changes a trial: verdicts are study attributes (:mod:`surrotune.verdicts`).
+3. ``[evaluation] counters = elite|failures|all`` (default ``none``): Nsight Compute counters
+   on the configurations the policy chooses, within ``counters_budget`` of the run's wall time,
+   each with its diagnosis (:mod:`surrotune.counters`). Where ncu is missing or may not read
+   the counters, the summary says why, once.
+
+Sanitizing comes first, so that the re-measurement compares configurations that passed it;
+profiling comes last, so that it disturbs no timing. None changes a trial: verdicts are study
+attributes (:mod:`surrotune.verdicts`).
 """
 
 from __future__ import annotations
@@ -36,10 +42,12 @@ from surrotune.backends.sanitize import (
     format_sanitize,
     sanitize_trials,
 )
+from surrotune.counters.policy import CountersMode, CountersPolicy
+from surrotune.counters.stage import Profiles, profile_study
 from surrotune.errors import SurrotuneError
 from surrotune.storage import storage_url
 
-__all__ = ["FinishSettings", "finish_run", "report_dir_for", "sanitizer_for"]
+__all__ = ["FinishSettings", "finish_run", "profiler_for", "report_dir_for", "sanitizer_for"]
 
 #: what the summary says, once, when the cuda backend could sanitize but the tool is missing
 MISSING_SANITIZER = (
@@ -106,6 +114,9 @@ def finish_run(
     report_dir: Path,
     sanitizer: Sanitizes | None = None,
     remeasurer: Remeasures | None = None,
+    counters: CountersPolicy | None = None,
+    profiler: Profiles | None = None,
+    run_wall_s: float = 0.0,
     log: Callable[[str], None] | None = None,
 ) -> list[str]:
     """Run the end-of-run checks on ``study`` with ``backend``; returns the summary's lines.
@@ -155,4 +166,24 @@ def finish_run(
             else:
                 if report is not None:
                     lines.extend(report.lines())
+    if counters is not None and counters.mode is not CountersMode.NONE:
+        if profiler is None:
+            profiler = profiler_for(backend, report_dir.with_name(report_dir.name + "-ncu"))
+        if profiler is not None:
+            try:
+                lines.extend(
+                    profile_study(study, profiler, counters, run_wall_s=run_wall_s, log=log)
+                )
+            except (SurrotuneError, OSError, RuntimeError) as exc:
+                lines.append(f"Counters could not be read: {exc}")
     return lines
+
+
+def profiler_for(backend: Backend, report_dir: Path) -> Profiles | None:
+    """ncu for ``backend``'s GPU (None where nothing runs on a GPU)."""
+    from surrotune.backends.cuda import CudaBackend
+    from surrotune.counters.profiler import NcuProfiler
+
+    if not isinstance(backend, CudaBackend):
+        return None
+    return NcuProfiler(backend, report_dir=report_dir)

@@ -25,6 +25,7 @@ import optuna
 from surrotune.result import Status
 
 __all__ = [
+    "COUNTERS_PREFIX",
     "REMEASURED_PREFIX",
     "REMEASURE_ATTR",
     "SANITIZER_PREFIX",
@@ -39,6 +40,8 @@ __all__ = [
 SANITIZER_PREFIX = "sanitizer."
 #: study attribute ``remeasured_ms.<number>``: that trial's re-measured times, one per round
 REMEASURED_PREFIX = "remeasured_ms."
+#: study attribute ``counters.<number>``: that trial's hardware counters and their diagnosis
+COUNTERS_PREFIX = "counters."
 #: study attribute ``remeasure``: the last re-measurement of the top configurations, as a whole
 REMEASURE_ATTR = "remeasure"
 
@@ -49,6 +52,10 @@ VERDICT_ATTRS: dict[str, str] = {
         "demotion: runtime for memcheck, correctness for racecheck), tool, summary, reports"
     ),
     "remeasured_ms.<trial>": "the trial's times when measured again, ms, one per round",
+    "counters.<trial>": (
+        "the trial's Nsight Compute counters (by name, docs/counters.md), their diagnosis "
+        "(label, labels, summary) and why the trial was profiled (elite, failure, all)"
+    ),
     "remeasure": (
         "the last re-measurement of the top configurations: trials, rounds, verdict on the "
         "winner (held, held within noise, did not hold), fastest, difference, tolerance"

@@ -290,6 +290,20 @@ BAD_CASES = [
         "top of the file",
     ),
     ("no output argument", "output = true", "output = false", "arguments", "output"),
+    (
+        "unknown counters policy",
+        'backend = "cuda"',
+        'backend = "cuda"\ncounters = "some"',
+        "evaluation.counters",
+        "elite",
+    ),
+    (
+        "counters budget out of range",
+        'backend = "cuda"',
+        'backend = "cuda"\ncounters = "elite"\ncounters_budget = 1.5',
+        "evaluation.counters_budget",
+        "share of the run's wall time",
+    ),
 ]
 
 
