@@ -5,3 +5,5 @@ reads its CSV, ``target`` is the process it profiles, ``profiler`` profiles a ba
 configurations with one ncu process, ``policy`` chooses which (elite, failures, all, none)
 within a budget, and ``diagnosis`` turns counters into a one-line reason.
 """
+
+__all__: list[str] = []

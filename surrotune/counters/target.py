@@ -14,6 +14,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+__all__ = ["main", "profile_launches"]
+
 
 def profile_launches(jobs: Sequence[object]) -> int:
     """Launch each job once inside the profiled range; the number of failed launches."""
