@@ -17,6 +17,7 @@ from typing import Any
 import optuna
 
 from surrotune import bench, session, workers
+from surrotune.analysis import commands as analysis_commands
 from surrotune.backends.sanitize import MODES
 from surrotune.errors import SurrotuneError
 from surrotune.experiment import SAMPLERS, load_experiment, parse_duration
@@ -100,14 +101,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     bench.add_arguments(bench_parser)
 
-    export = commands.add_parser("export", help="write a stored study as a replayable recording")
-    export.add_argument("storage", help="Optuna storage URL or path")
-    export.add_argument("--study", help="study name (needed when the storage holds several)")
-    export.add_argument(
-        "--format", choices=("recording",), default="recording",
-        help="recording: surrotune's own format, replayable with --dataset",
-    )  # fmt: skip
-    export.add_argument("-o", "--output", type=Path, required=True, help="file (.json[.gz])")
+    analysis_commands.add_commands(commands)  # analyze, export, best
     return parser
 
 
@@ -132,8 +126,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run(args)
         if args.command == "worker":
             return _worker(args)
-        if args.command == "export":
-            return _export(args)
+        if args.command in analysis_commands.COMMANDS:
+            return analysis_commands.run(args)
         if args.command == "bench":
             return bench.run(args)
         return _show(args)
@@ -266,15 +260,6 @@ def _worker(args: argparse.Namespace) -> int:
 def _visible_label() -> str:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     return f"GPU {visible}" if visible else ""
-
-
-def _export(args: argparse.Namespace) -> int:
-    from surrotune.analysis.export import export_recording
-
-    study = session.load_study(args.storage, args.study)
-    count = export_recording(study, args.output)
-    print(f"wrote {count} configurations of study '{study.study_name}' to {args.output}")
-    return 0
 
 
 def _show(args: argparse.Namespace) -> int:
