@@ -16,7 +16,7 @@ from typing import Any
 
 import optuna
 
-from surrotune import bench, session, workers
+from surrotune import bench, models, session, workers
 from surrotune.analysis import commands as analysis_commands
 from surrotune.backends.sanitize import MODES
 from surrotune.errors import SurrotuneError
@@ -53,6 +53,14 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--dataset", type=Path, help="recording to replay (.json/.json.gz)")
     run.add_argument("--batch-size", type=int, help="configurations evaluated together")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    run.add_argument(
+        "--warm-start", action="append", default=[], type=Path, metavar="BUNDLE",
+        help="start from a model saved on another GPU (repeat for several; docs/transfer.md)",
+    )  # fmt: skip
+    run.add_argument(
+        "--save-model", metavar="PATH|none", default="auto",
+        help="where to save the study's model bundle at the end (default: beside the storage)",
+    )  # fmt: skip
     _add_worker_arguments(run)
     run.add_argument(
         "--sanitize", choices=MODES, default="best",
@@ -86,6 +94,10 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument("--timeout", type=_duration, help="wall-clock limit of this worker")
     worker.add_argument("--no-progress", action="store_true", help="no progress bar")
     worker.add_argument(
+        "--warm-start", action="append", default=[], type=Path, metavar="BUNDLE",
+        help="start this worker's sampler from a model saved on another GPU (docs/transfer.md)",
+    )  # fmt: skip
+    worker.add_argument(
         "--device-label", default="",
         help="this worker's device in the study's records (default: CUDA_VISIBLE_DEVICES)",
     )  # fmt: skip
@@ -100,6 +112,9 @@ def _parser() -> argparse.ArgumentParser:
         "bench", help="compare samplers on recorded datasets (replay, many seeds)"
     )
     bench.add_arguments(bench_parser)
+    models.add_arguments(
+        commands.add_parser("model", help="save a study's models as a bundle, or show one")
+    )
 
     analysis_commands.add_commands(commands)  # analyze, export, best
     return parser
@@ -130,6 +145,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return analysis_commands.run(args)
         if args.command == "bench":
             return bench.run(args)
+        if args.command == "model":
+            return models.run(args)
         return _show(args)
     except SurrotuneError as exc:
         print(f"surrotune: error: {exc}", file=sys.stderr)
@@ -159,7 +176,10 @@ def _run(args: argparse.Namespace) -> int:
     devices = _devices(args)
     if devices is not None:
         overrides["url"] = _shared_storage(args, len(devices))
-    tuning = session.prepare(args.experiment, overrides)
+    save_model = None if args.save_model == "none" else args.save_model
+    tuning = session.prepare(
+        args.experiment, overrides, warm_start=args.warm_start, save_model=save_model
+    )
     tuning.finish = finish
     if devices is not None:
         _check_backend(args, tuning.experiment.evaluation.backend)
@@ -243,7 +263,7 @@ def _worker(args: argparse.Namespace) -> int:
         )
     # a study that several processes share is never SQLite (refused before a file is made)
     workers.shared_storage_url(storage_url(url), "", 2)
-    tuning = session.prepare(args.experiment, overrides, join=True)
+    tuning = session.prepare(args.experiment, overrides, join=True, warm_start=args.warm_start)
     # the study's own run sanitizes and re-measures its winners, once, not every worker
     tuning.finish = FinishSettings(sanitize="none", remeasure_top=0)
     if devices is not None:

@@ -152,17 +152,30 @@ def _python(value: Any) -> ParamValue:
 
 
 def make_sampler(
-    name: str, space: SpaceLike, *, seed: int | None, ablate: Sequence[str] = ()
+    name: str,
+    space: SpaceLike,
+    *,
+    seed: int | None,
+    ablate: Sequence[str] = (),
+    warm_start: Sequence[Any] = (),
+    transfer_mode: str = "prior",
 ) -> BaseSampler:
     """The sampler called ``name``; raises ValueError for an unknown name or a missing extra.
 
     ``ablate`` switches parts of the surrogate sampler off (see :data:`ABLATIONS`).
+    ``warm_start``: model bundles (or their paths) that warm-start the surrogate sampler
+    (docs/transfer.md); a BundleError when one does not fit the space.
     """
     unknown = sorted(set(ablate) - set(ABLATIONS))
     if unknown or (ablate and name != "surrogate"):
         raise ValueError(
             f"ablate={list(ablate)}: only the surrogate sampler has parts to switch off, "
             f"namely {', '.join(ABLATIONS)}"
+        )
+    if warm_start and name != "surrogate":
+        raise ValueError(
+            f"--warm-start needs the surrogate sampler (the sampler is {name!r}): only it "
+            "learns from a saved model"
         )
     if name == "surrogate":
         from surrotune.space import SearchSpace
@@ -178,10 +191,12 @@ def make_sampler(
             explore_share=0.0 if "diversity" in ablate else 0.2,
             diversity_weight=0.0,
             pairwise="features" not in ablate,
+            warm_start=list(warm_start) or None,
+            transfer_mode=transfer_mode,
         )
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
-    if name == "tpe":  # Optuna's default: one density per parameter
+    if name == "tpe":  # Optuna's default TPESampler (in Optuna 5: multivariate unless told not)
         return optuna.samplers.TPESampler(seed=seed)
     if name == "tpe-multivariate":  # joint densities over the parameters that occur together
         return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True)

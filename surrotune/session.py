@@ -12,7 +12,7 @@ import importlib.util
 import os
 import statistics
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -79,6 +79,14 @@ class Tuning:
     worker_label: str = ""
     #: a joining worker (surrotune worker) refuses a storage that offers no lock for workers
     shared: bool = False
+    #: the warm start's model bundles (paths), handed on to worker processes
+    warm_start: tuple[str, ...] = ()
+    #: the warm start's sources and what differs about them (printed before the run)
+    warm_notes: list[str] = field(default_factory=list)
+    #: where the end of the run saves the study's model bundle (docs/transfer.md); None: not
+    model_path: Path | None = None
+    #: what became of the model bundle, for the summary
+    model_note: str = ""
 
     def describe(self) -> str:
         exp = self.experiment
@@ -88,11 +96,12 @@ class Tuning:
             feasible = f"{len(self.space.enumerate()):,} feasible configurations"
         except SpaceError:
             feasible = f"{size:,} configurations in the product (too many to enumerate)"
-        return (
+        text = (
             f"surrotune: {what}\n"
             f"  {len(self.space.names)} parameters, {feasible}; sampler {exp.search.sampler}, "
             f"budget {exp.search.trials} evaluations"
         )
+        return "\n".join([text, *(f"  {note}" for note in self.warm_notes)])
 
     def run(self, *, progress: bool = True) -> RunSummary:
         factory = _progress_bar if progress else None
@@ -120,6 +129,10 @@ class Tuning:
                 self.study.set_user_attr(RULES_ATTR, rules_to_attrs(self.failure_rules()))
             if not summary.interrupted:
                 summary = self._finish(summary, progress=progress)
+            if summary.new_evaluations and self.model_path is not None:
+                from surrotune.surrogate.bundle import save_study_bundle
+
+                self.model_note = save_study_bundle(self.study, self.model_path)
             return summary
         finally:
             if coordinator is not None:
@@ -208,11 +221,17 @@ def prepare(
     overrides: Mapping[str, Any] | None = None,
     *,
     join: bool = False,
+    warm_start: Sequence[str | Path] = (),
+    save_model: str | Path | None = "auto",
 ) -> Tuning:
-    """Load and check everything a run needs. Raises ExperimentError or SetupError.
+    """Load and check everything a run needs. Raises ExperimentError, SetupError or
+    BundleError.
 
     ``join``: the study must exist already and be the same search in every respect that makes
     measurements comparable (``surrotune worker``); its stored budget replaces the file's.
+    ``warm_start``: model bundles saved on other GPUs (docs/transfer.md); one learned on other
+    parameters is refused, naming them. ``save_model``: where the end of the run saves this
+    study's bundle (``"auto"``: beside the storage; None: nowhere; a joining worker never does).
     """
     overrides = dict(overrides or {})
     if experiment_path is None:
@@ -239,8 +258,11 @@ def prepare(
     space = _make_space(experiment, dataset)
     direction = dataset.direction if dataset is not None else experiment.objective.direction
 
+    bundles, warm_notes = _warm_start(warm_start, experiment, space, dataset)
     try:
-        sampler = make_sampler(experiment.search.sampler, space, seed=experiment.search.seed)
+        sampler = make_sampler(
+            experiment.search.sampler, space, seed=experiment.search.seed, warm_start=bundles
+        )
     except (ValueError, SpaceError) as exc:
         raise SetupError(f"--sampler {experiment.search.sampler}: {exc}") from None
     backend: Backend
@@ -283,7 +305,53 @@ def prepare(
     else:
         study.set_user_attr(BUDGET_ATTR, experiment.search.trials)
 
-    return Tuning(experiment, space, backend, study, dataset, shared=join)
+    model_path = None
+    if not join and save_model is not None:
+        from surrotune.surrogate.bundle import default_bundle_path
+
+        model_path = (
+            default_bundle_path(experiment.storage.url, experiment.storage.study)
+            if save_model == "auto"
+            else Path(save_model)
+        )
+    return Tuning(
+        experiment, space, backend, study, dataset, shared=join, warm_notes=warm_notes,
+        model_path=model_path, warm_start=tuple(str(Path(p).resolve()) for p in warm_start),
+    )  # fmt: skip
+
+
+def _warm_start(
+    paths: Sequence[str | Path], experiment: Experiment, space: SpaceLike, dataset: Dataset | None
+) -> tuple[list[Any], list[str]]:
+    """The warm start's bundles, checked against the space (a BundleError names what differs),
+    and one line per source plus the notes on what differs but is allowed."""
+    if not paths:
+        return [], []
+    from surrotune.surrogate.bundle import load_bundle
+    from surrotune.surrogate.transfer import check_bundle, compatibility_notes
+
+    bundles = [load_bundle(p) for p in paths]
+    kernel = experiment.kernel
+    sha = Template.from_file(kernel.template).sha256 if kernel is not None else None
+    sizes = dict(experiment.sizes) or (dataset.problem_size if dataset is not None else None)
+    objective = dataset.objective if dataset is not None else experiment.objective.metric
+    device = {"name": dataset.device_name} if dataset is not None else None
+    notes = []
+    for bundle in bundles:
+        check_bundle(bundle, space.values)
+        src = bundle.source
+        notes.append(
+            f"warm start from {bundle.path} ({bundle.device.get('name') or 'unknown GPU'}, "
+            f"{src.get('measurements', '?')} measurements)"
+        )
+        notes += [
+            f"  {n}"
+            for n in compatibility_notes(
+                bundle, sizes=sizes, template_sha256=sha, objective=objective, device=device
+            )
+            if n.startswith("note:")
+        ]
+    return bundles, notes
 
 
 def _kernel_cache() -> Path:
@@ -444,7 +512,7 @@ def format_summary(tuning: Tuning, summary: RunSummary) -> str:
     lines.append(f"\nStopped: {reasons.get(summary.stop_reason, summary.stop_reason)}.")
     best = summary.best
     if best is not None:
-        unit = "ms" if summary.direction == "minimize" else exp.objective.metric
+        unit = _objective_unit(tuning, summary.direction)
         lines.append(f"Best configuration (trial {best.number}): {_config_text(best.params)}")
         extra = ""
         time_ms = best.user_attrs.get("time_ms")
@@ -485,6 +553,12 @@ def format_summary(tuning: Tuning, summary: RunSummary) -> str:
     if rules:
         lines.append("Failure rules learned from the trials (support/matched):")
         lines.extend(f"  {rule}" for rule in rules[:5])
+    transfer = getattr(tuning.study.sampler, "last_transfer", None)
+    if transfer is not None:
+        weights = ", ".join(f"{k} {v:.2f}" for k, v in transfer.weights.items())
+        lines.append(f"Warm start: final weights {weights} (this GPU's own model: 'target')")
+    if tuning.model_note:
+        lines.append(tuning.model_note)
     if summary.simulated_time_ms is not None:
         lines.append(
             f"Simulated tuning time (recorded compile + benchmark): "
@@ -494,6 +568,16 @@ def format_summary(tuning: Tuning, summary: RunSummary) -> str:
     lines.append(f"Trials stored in {where} (study '{summary.study_name}').")
     lines.append(f"  surrotune show {where} --study {summary.study_name}")
     return "\n".join(lines)
+
+
+def _objective_unit(tuning: Tuning, direction: str) -> str:
+    """What the objective's value is measured in: a replayed recording says it (Kernel Tuner's
+    ``time`` is ms, a maximised ``GFLOP/s`` is itself), a live experiment by its metric."""
+    if tuning.dataset is not None:
+        name = tuning.dataset.objective
+        return "ms" if name == "time" else name
+    metric = tuning.experiment.objective.metric
+    return "ms" if metric == "time" and direction == "minimize" else metric
 
 
 def _recorded_optimum(dataset: Dataset) -> float | None:

@@ -381,6 +381,8 @@ def _worker_arguments(tuning: Tuning) -> list[str]:
     args += ["--storage", exp.storage.url, "--study", exp.storage.study]
     args += ["--backend", exp.evaluation.backend, "--sampler", exp.search.sampler]
     args += ["--batch-size", str(exp.search.batch_size)]
+    for bundle in tuning.warm_start:
+        args += ["--warm-start", str(bundle)]
     if exp.search.timeout_s is not None:
         args += ["--timeout", f"{exp.search.timeout_s}s"]
     return args
@@ -424,6 +426,10 @@ def launch(
         tuning.study, state, initial=initial, interrupted=interrupted, stop_reason=reason,
         wall_time_s=time.monotonic() - start,
     )  # fmt: skip
+    if state.evaluations > initial and tuning.model_path is not None:
+        from surrotune.surrogate.bundle import save_study_bundle
+
+        tuning.model_note = save_study_bundle(tuning.study, tuning.model_path)
     print(format_summary(tuning, summary))
     print("Evaluations by worker:")
     for who, count in evaluations_by_worker(tuning.study, tuning.space):

@@ -185,10 +185,12 @@ def test_a_proposal_in_flight_elsewhere_is_recorded_as_its_duplicate(tmp_path: P
         assert claim.trials == 1  # the repeat was dropped, a fresh proposal took its place
         trials = load(url, "d").trials
         dropped = [t for t in trials if "duplicate_of" in t.user_attrs]
-        assert len(dropped) == 1
-        assert dropped[0].user_attrs["duplicate_of"] == running.number
-        assert dropped[0].params == running.params and dropped[0].state == TrialState.FAIL
-        assert not is_measurement(dropped[0])
+        # the enqueued repeat, and any fresh proposal that happened to draw it again (random)
+        assert len(dropped) >= 1
+        for repeat in dropped:
+            assert repeat.user_attrs["duplicate_of"] == running.number
+            assert repeat.params == running.params and repeat.state == TrialState.FAIL
+            assert not is_measurement(repeat)
         assert b.study.claimed[0].params != running.params
     finally:
         a.close()

@@ -8,7 +8,9 @@ evaluations needed to reach 95/98/100 % of it and the methodology score of Wille
 - :mod:`surrotune.bench.metrics`: pure functions over evaluation sequences;
 - :mod:`surrotune.bench.harness`: the runs (:func:`run_bench`), in worker processes;
 - :mod:`surrotune.bench.kernel_tuner`: Kernel Tuner's strategies in its simulation mode;
-- :mod:`surrotune.bench.report`: tables, ``runs.jsonl`` and convergence plots.
+- :mod:`surrotune.bench.report`: tables, ``runs.jsonl`` and convergence plots;
+- :mod:`surrotune.bench.transfer`: ``--warm-start SOURCE TARGET``, warm start against cold start
+  and the enqueue baseline on pairs of recordings.
 
 The CLI wires :func:`add_arguments` and :func:`run` in as the ``bench`` subcommand.
 """
@@ -50,8 +52,31 @@ def _seconds(text: str) -> float:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``bench`` subcommand's options, on a parser the CLI made."""
     parser.add_argument(
-        "--datasets", nargs="+", type=Path, required=True, metavar="FILE",
+        "--datasets", nargs="+", type=Path, metavar="FILE",
         help="recordings to replay (Kernel Tuner caches, T4 files, surrotune recordings)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--warm-start", nargs=2, action="append", type=Path, metavar=("SOURCE", "TARGET"),
+        help="instead of --datasets: a pair of recordings of one kernel; the source's model "
+        "warm-starts the target, against a cold start and the enqueue baseline (repeat for "
+        "several pairs; docs/transfer.md)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--source-budget", default="200", metavar="N|full",
+        help="with --warm-start: the source model is fitted on a surrogate run of N evaluations "
+        "on the source recording, or on the full recording (default %(default)s)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--methods", default="cold,warm,enqueue,enqueue-tpe",
+        help="with --warm-start: which of cold, warm, enqueue, enqueue-tpe (default %(default)s)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--enqueue-top", type=_positive, default=10,
+        help="with --warm-start: the enqueue baseline's number of source configurations",
+    )  # fmt: skip
+    parser.add_argument(
+        "--transfer-mode", choices=("prior", "stack", "residual", "feature"), default="prior",
+        help="with --warm-start: how the source model enters the target's (default %(default)s)",
     )  # fmt: skip
     parser.add_argument(
         "--samplers", default=_DEFAULT_SAMPLERS,
@@ -95,6 +120,10 @@ def run(args: argparse.Namespace) -> int:
 
     Raises BenchError (a SurrotuneError) for bad input; the CLI prints it and exits 2.
     """
+    if args.warm_start:
+        return _run_transfer(args)
+    if not args.datasets:
+        raise BenchError("give --datasets FILE ... (or --warm-start SOURCE TARGET)")
     ablate = [a.strip() for a in (args.ablate or "").split(",") if a.strip()]
     result = run_bench(
         [str(p) for p in args.datasets],
@@ -113,6 +142,36 @@ def run(args: argparse.Namespace) -> int:
     print(result.markdown.rstrip())
     print(f"\nwrote {args.output / 'bench.md'}, {args.output / 'runs.jsonl'}")
     return 130 if result.interrupted else 0
+
+
+def _run_transfer(args: argparse.Namespace) -> int:
+    from surrotune.bench.transfer import run_transfer_bench
+
+    if args.source_budget == "full":
+        source_budget = None
+    else:
+        try:
+            source_budget = _positive(args.source_budget)
+        except argparse.ArgumentTypeError as exc:
+            raise BenchError(f"--source-budget: {exc} (or 'full')") from None
+    text, _ = run_transfer_bench(
+        [(s, t) for s, t in args.warm_start],
+        args.budget,
+        args.seeds,
+        args.output,
+        methods=[m.strip() for m in args.methods.split(",") if m.strip()],
+        source_budget=source_budget,
+        enqueue_top=args.enqueue_top,
+        transfer_mode=args.transfer_mode,
+        jobs=args.jobs or 1,
+        time_limit_s=args.run_timeout,
+        command=_command_line(),
+        plots=not args.no_plots,
+        resume=args.resume,
+    )
+    print(text)
+    print(f"\nwrote {args.output / 'transfer.md'}, {args.output / 'runs.jsonl'}")
+    return 0
 
 
 def _command_line() -> str:

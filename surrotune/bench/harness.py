@@ -252,8 +252,9 @@ def _check_samplers(
 
 
 def _make(spec: SamplerSpec, space: SpaceLike, *, seed: int) -> optuna.samplers.BaseSampler:
-    """The ablation hook: options reach ``make_sampler`` as keyword arguments."""
-    options = dict(spec.options)
+    """The ablation hook: options reach ``make_sampler`` as keyword arguments (except
+    ``enqueue``, which :func:`_run_optuna` applies to the study)."""
+    options = {k: v for k, v in spec.options if k != "enqueue"}
     if not options:
         return make_sampler(spec.name, space, seed=seed)
     try:
@@ -385,6 +386,8 @@ def _run_optuna(spec: RunSpec, dataset: Dataset, space: SpaceLike, base: RunReco
         direction=dataset.direction,
         study_name=f"bench-{base.dataset}-{base.sampler}-{spec.seed}",
     )
+    for config in _enqueued(spec.sampler):  # a baseline that starts from known configurations
+        study.enqueue_trial(config)
     runner = Runner(
         study=study, space=space, backend=ReplayBackend(dataset), trials=spec.budget,
         timeout_s=spec.time_limit_s, batch_size=spec.batch_size,
@@ -407,6 +410,18 @@ def _run_optuna(spec: RunSpec, dataset: Dataset, space: SpaceLike, base: RunReco
         base, values=values, statuses=statuses, finished=stop in ("budget", "exhausted"),
         stop_reason=stop, proposals=len(trials), note=note,
     )  # fmt: skip
+
+
+def _enqueued(sampler: SamplerSpec) -> list[dict[str, Any]]:
+    """The configurations the ``enqueue`` option names: ``(bundle path, k)``, the best ``k``
+    measured configurations of a model bundle (the warm-start benchmark's simple baseline)."""
+    option = dict(sampler.options).get("enqueue")
+    if not option:
+        return []
+    from surrotune.surrogate.bundle import load_bundle
+
+    path, k = option
+    return [dict(entry["config"]) for entry in load_bundle(path).top[: int(k)]]
 
 
 def _run_kernel_tuner(

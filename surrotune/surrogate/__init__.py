@@ -12,18 +12,31 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from surrotune.surrogate.bundle import ModelBundle, load_bundle
     from surrotune.surrogate.feasibility import FeasibilityModel
     from surrotune.surrogate.features import FEATURES_VERSION
     from surrotune.surrogate.performance import PerformanceModel
     from surrotune.surrogate.sampler import SurrogateSampler
+    from surrotune.surrogate.transfer import WarmStart
 
-__all__ = ["FEATURES_VERSION", "FeasibilityModel", "PerformanceModel", "SurrogateSampler"]
+__all__ = [
+    "FEATURES_VERSION",
+    "FeasibilityModel",
+    "ModelBundle",
+    "PerformanceModel",
+    "SurrogateSampler",
+    "WarmStart",
+    "load_bundle",
+]
 
 _HOMES = {
     "FEATURES_VERSION": "features",
     "FeasibilityModel": "feasibility",
+    "ModelBundle": "bundle",
     "PerformanceModel": "performance",
     "SurrogateSampler": "sampler",
+    "WarmStart": "transfer",
+    "load_bundle": "bundle",
 }
 
 

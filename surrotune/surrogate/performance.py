@@ -16,12 +16,19 @@ learned attributes end in ``_``, and predicting before fitting raises ``NotFitte
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal, overload
 
 import numpy as np
 from sklearn.exceptions import NotFittedError
 
-__all__ = ["PerformanceModel", "transform_objective"]
+__all__ = [
+    "PerformanceModel",
+    "apply_transform",
+    "load_booster",
+    "objective_transform",
+    "transform_objective",
+]
 
 
 def transform_objective(values: np.ndarray, direction: str) -> np.ndarray:
@@ -31,9 +38,24 @@ def transform_objective(values: np.ndarray, direction: str) -> np.ndarray:
     ``maximize``: ``-log(v)`` when every value is positive (rates), else ``-v``.
     """
     v = np.asarray(values, dtype=np.float64)
+    return apply_transform(v, direction, objective_transform(v))
+
+
+def objective_transform(values: np.ndarray) -> str:
+    """``"log"`` when every value is positive (times, rates), else ``"identity"``: the name a
+    saved model records, so that its predictions are read back on the right scale."""
+    v = np.asarray(values, dtype=np.float64)
+    return "log" if len(v) and (v > 0).all() else "identity"
+
+
+def apply_transform(values: np.ndarray, direction: str, transform: str) -> np.ndarray:
+    """``values`` on the model's scale (lower is better) under a named transform."""
     if direction not in ("minimize", "maximize"):
         raise ValueError(f"direction must be 'minimize' or 'maximize'; got {direction!r}")
-    y = np.log(v) if len(v) and (v > 0).all() else v.copy()
+    if transform not in ("log", "identity"):
+        raise ValueError(f"transform must be 'log' or 'identity'; got {transform!r}")
+    v = np.asarray(values, dtype=np.float64)
+    y = np.log(v) if transform == "log" else v.copy()
     return y if direction == "minimize" else -y
 
 
@@ -107,6 +129,7 @@ class PerformanceModel:
             "verbosity": 0,
         }
         self.boosters_ = []
+        self.rows_ = []
         for k in range(self.n_models):
             rng = np.random.default_rng(self.seed + k)
             rows = (
@@ -114,6 +137,7 @@ class PerformanceModel:
                 if self.bootstrap and self.n_models > 1
                 else np.arange(len(y))
             )
+            self.rows_.append(rows)
             data = xgb.DMatrix(X[rows], label=target[rows], nthread=self.n_jobs)
             booster = xgb.train(
                 {**params, "seed": self.seed + k}, data, num_boost_round=self.n_estimators
@@ -136,6 +160,15 @@ class PerformanceModel:
         return_std: bool = False,
     ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
         """The ensemble mean (and, with ``return_std``, its spread) on the target's scale."""
+        preds = self.predict_members(X)
+        mean = preds.mean(axis=0)
+        if not return_std:
+            return mean
+        return mean, preds.std(axis=0)
+
+    def predict_members(self, X: np.ndarray) -> np.ndarray:
+        """``(K, n)``: each member's prediction on the target's scale (the ensemble's samples,
+        which a warm start ranks candidates with)."""
         if not hasattr(self, "boosters_"):
             raise NotFittedError(
                 "This PerformanceModel instance is not fitted yet; call fit(X, y) first."
@@ -147,8 +180,62 @@ class PerformanceModel:
                 f"{self.n_features_in_}"
             )
         preds = np.stack([b.inplace_predict(X) for b in self.boosters_]).astype(np.float64)
-        preds = preds * self.y_scale_ + self.y_mean_
-        mean = preds.mean(axis=0)
-        if not return_std:
-            return mean
-        return mean, preds.std(axis=0)
+        return preds * self.y_scale_ + self.y_mean_
+
+    def out_of_bag(self, n: int) -> np.ndarray:
+        """``(K, n)`` booleans: which of the ``n`` training rows each member never saw.
+
+        Member ``k``'s predictions on its out-of-bag rows are honest (cross-validated) ones: a
+        warm start compares them with a source model's to decide whom to believe. All False
+        without bootstrap (every member saw every row).
+        """
+        rows = getattr(self, "rows_", None)
+        if rows is None:
+            raise NotFittedError("This PerformanceModel instance is not fitted yet.")
+        out = np.ones((len(rows), n), dtype=bool)
+        for k, used in enumerate(rows):
+            out[k, used] = False
+        return out
+
+    def get_state(self) -> dict[str, Any]:
+        """Parameters and fitted state as plain JSON data: each member in XGBoost's own JSON
+        model format, which any XGBoost (Python, R, C, JVM) loads, so that a saved model does
+        not depend on pickle or on this version of surrotune's classes."""
+        if not hasattr(self, "boosters_"):
+            raise NotFittedError("This PerformanceModel instance is not fitted yet.")
+        import json
+
+        params = {name: getattr(self, name) for name in _PARAMS}
+        return {
+            "params": params,
+            "n_features_in": self.n_features_in_,
+            "y_mean": self.y_mean_,
+            "y_scale": self.y_scale_,
+            "boosters": [json.loads(bytes(b.save_raw("json"))) for b in self.boosters_],
+        }
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> PerformanceModel:
+        """The model :meth:`get_state` saved; predictions are identical to the original's."""
+        model = cls(**{k: v for k, v in state["params"].items() if k in _PARAMS})
+        model.n_features_in_ = int(state["n_features_in"])
+        model.y_mean_ = float(state["y_mean"])
+        model.y_scale_ = float(state["y_scale"])
+        model.boosters_ = [load_booster(b) for b in state["boosters"]]
+        return model
+
+
+#: the constructor's parameters, saved with a model
+_PARAMS = (
+    "n_models", "n_estimators", "max_depth", "learning_rate", "subsample", "colsample_bytree",
+    "min_child_weight", "bootstrap", "seed", "n_jobs",
+)  # fmt: skip
+
+
+def load_booster(model: Mapping[str, Any]) -> Any:
+    """An ``xgboost.Booster`` from XGBoost's JSON model format (parsed into a dict)."""
+    import json
+
+    import xgboost as xgb
+
+    return xgb.Booster(model_file=bytearray(json.dumps(model).encode()))

@@ -21,6 +21,10 @@ Two ways to describe the space:
   from a pool of random and mutated configurations scored by the models; ``is_feasible`` filters
   the pool.
 
+With ``warm_start`` (one or more :class:`~surrotune.surrogate.bundle.ModelBundle`, needs a
+SearchSpace), the models saved on another GPU choose part of the initial design and stay in the
+search as a prior that fades (:mod:`surrotune.surrogate.transfer`).
+
 Models are refitted on a schedule (when the observations grew by ``refit_growth``, at least one)
 and kept on the instance keyed by the number of observations, so most suggestions only score the
 cached predictions: a few vectorised array operations over the candidate set.
@@ -31,7 +35,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import optuna
@@ -62,6 +67,10 @@ from surrotune.surrogate.features import (
 )
 from surrotune.surrogate.performance import PerformanceModel, transform_objective
 from surrotune.verdicts import demoted_trials
+
+if TYPE_CHECKING:
+    from surrotune.surrogate.bundle import ModelBundle
+    from surrotune.surrogate.transfer import Source, TransferFit, WarmStart
 
 __all__ = ["SurrogateSampler"]
 
@@ -135,6 +144,19 @@ class SurrogateSampler(BaseSampler):
         max_candidates: pool size for spaces too large to enumerate.
         pool_size: random pool per proposal on the plain-Optuna path.
         n_jobs: XGBoost threads.
+        warm_start: model bundles saved on other GPUs (or their paths, or a
+            :class:`~surrotune.surrogate.transfer.WarmStart`): their best predicted
+            configurations, kept diverse, are the first proposals, and they stay in the
+            performance model as a prior weighted by how well each ranks this study's
+            measurements (docs/transfer.md). Needs ``space``; a bundle learned on other
+            parameters (or values it never measured) is refused with a BundleError naming them.
+        transfer_mode: how the sources' prior enters the search: ``prior`` (a fading factor on
+            expected improvement), ``stack``, ``residual`` or ``feature``
+            (:mod:`surrotune.surrogate.transfer`).
+        n_warm_design: proposals of the initial design that the sources choose ...
+        n_warm_fill: ... and space-filling ones interleaved with them (together they replace
+            the ``n_startup_trials`` space-filling ones). The design ends early once the
+            sources rank the first measurements well (:meth:`WarmStart.ranks_well`).
     """
 
     def __init__(
@@ -163,6 +185,10 @@ class SurrogateSampler(BaseSampler):
         local_elites: int = 3,
         explore_share: float = 0.2,
         explore_top: float = 0.1,
+        warm_start: Sequence[ModelBundle | str | Path] | WarmStart | None = None,
+        transfer_mode: str = "prior",
+        n_warm_design: int = 5,
+        n_warm_fill: int = 10,
     ) -> None:
         self._space = space
         self._is_feasible = is_feasible
@@ -195,6 +221,11 @@ class SurrogateSampler(BaseSampler):
         self._trial_keys: dict[int, Any] = {}
         self._near: np.ndarray | None = None
         self._near_seen: set[int] = set()
+        self._warm = _warm_start(warm_start, space, transfer_mode, n_warm_design, n_warm_fill)
+        self._warm_sources: list[Source] | None = None
+        self._target_device: dict[str, Any] | None = None
+        #: the weights, affine maps and failure beliefs of the latest warm-started fit
+        self.last_transfer: TransferFit | None = None
 
     # ------------------------------------------------------------------ Optuna's sampler API
 
@@ -246,12 +277,18 @@ class SurrogateSampler(BaseSampler):
                 "SurrogateSampler: every feasible configuration has been proposed"
             )
         rows = np.flatnonzero(available)
-        if obs.n < self.n_startup_trials or obs.n_ok < 2:
+        if self._warm is not None and (self._in_design(table, obs) or obs.n_ok < 2):
+            return table.config(int(rows[self._warm_design(table, obs, rows, rng)]))
+        if self._warm is None and (obs.n < self.n_startup_trials or obs.n_ok < 2):
             existing = np.array(obs.encoded + obs.pending).reshape(-1, table.encoded.shape[1])
             pick = greedy_maximin(table.encoded[rows], 1, rng, existing=existing)
             return table.config(int(rows[pick[0]]))
-        fit = self._refit(study, obs, table.features.shape[1], key=("space", id(table)))
+        if self._warm is not None:
+            fit = self._refit_warm(study, obs, table)
+        else:
+            fit = self._refit(study, obs, table.features.shape[1], key=("space", id(table)))
         if fit.cand_mean is None:
+            assert fit.perf is not None
             fit.cand_mean, fit.cand_std = fit.perf.predict(table.features, return_std=True)
             fit.cand_ok = fit.feas.predict_ok(table.features)
         assert fit.cand_std is not None and fit.cand_ok is not None
@@ -281,6 +318,7 @@ class SurrogateSampler(BaseSampler):
             pending,
             boundary,
             rng,
+            prior=fit.cand_prior[rows] if fit.cand_prior is not None else None,
         )
         return table.config(int(rows[choice]))
 
@@ -307,6 +345,7 @@ class SurrogateSampler(BaseSampler):
             self._trial_keys = {}
             self._near = None
             self._near_seen = set()
+            self._warm_sources = None
         return self._table
 
     def _observe_space(self, study: Study, trial: FrozenTrial, table: _Table) -> _Observed:
@@ -316,6 +355,8 @@ class SurrogateSampler(BaseSampler):
             self._index_trials(new, table)
         obs = _Observed()
         demoted = demoted_trials(study.user_attrs)
+        if self._warm is not None and self._target_device is None:
+            self._target_device = _device_of(study, trials)
         for t in trials:
             key = self._trial_keys.get(t.number)
             if key is None:
@@ -377,6 +418,114 @@ class SurrogateSampler(BaseSampler):
             rows = np.array([obs.encoded[i] for i in fresh])
             self._near = np.minimum(self._near, min_distances(table.encoded, rows))
             self._near_seen.update(obs.numbers[i] for i in fresh)
+
+    # ------------------------------------------------------------------ warm start
+
+    def _sources(self, table: _Table) -> list[Source]:
+        """The warm start's sources on every candidate, computed once per table."""
+        assert self._warm is not None
+        if self._warm_sources is None:
+            self._warm_sources = self._warm.sources(table.frame)
+        return self._warm_sources
+
+    def _warm_design(
+        self, table: _Table, obs: _Observed, rows: np.ndarray, rng: np.random.Generator
+    ) -> int:
+        """The next proposal of the warm initial design (an index into ``rows``): a source's
+        best predicted configuration kept apart from the others, or a space-filling one."""
+        from surrotune.surrogate.transfer import pick_design
+
+        assert self._warm is not None
+        existing = np.array(obs.encoded + obs.pending).reshape(-1, table.dim)
+        which = self._warm.design_turn(obs.n + len(obs.pending))
+        sources = self._sources(table)
+        if which is None:
+            # the space-filling points a cold start would measure: spread among themselves,
+            # blind to the sources' picks (a misleading source must not push them away)
+            picks = np.concatenate([
+                np.argsort(self._warm.design_score(sources, k), kind="stable")[
+                    : self._warm.design_pool
+                ]
+                for k in range(len(sources))
+            ])  # fmt: skip
+            if len(existing):
+                existing = existing[min_distances(existing, table.encoded[picks]) > 0]
+            return int(greedy_maximin(table.encoded[rows], 1, rng, existing=existing)[0])
+        score = self._warm.design_score(sources, which)
+        return pick_design(
+            score, table.encoded, rows, existing, pool=self._warm.design_pool,
+            gap=self._warm.design_gap,
+        )  # fmt: skip
+
+    def _in_design(self, table: _Table, obs: _Observed) -> bool:
+        """Whether the warm initial design goes on: until its end, or until the sources have
+        shown that they rank this GPU's first measurements well (it then ends early)."""
+        assert self._warm is not None
+        if obs.n >= self._warm.design_length:
+            return False
+        if obs.n < self._warm.early_end:
+            return True
+        ok = np.array([v is not None for v in obs.values])
+        values = np.array([v for v in obs.values if v is not None], dtype=np.float64)
+        keys = [k for k, good in zip(obs.keys, ok, strict=True) if good]
+        observed = self._observed_sources(table, keys)
+        return not self._warm.ranks_well(observed, values)
+
+    def _observed_sources(self, table: _Table, keys: Sequence[int]) -> list[Source]:
+        """The sources at the measured configurations: read from the candidates' predictions,
+        computed only for the few measured ones that are not candidates."""
+        from surrotune.surrogate.transfer import Source
+
+        assert self._warm is not None
+        rows = np.array([table.lookup.get(int(k), -1) for k in keys], dtype=np.int64)
+        out = [s.take(np.maximum(rows, 0)) for s in self._sources(table)]
+        missing = np.flatnonzero(rows < 0)
+        if len(missing):
+            extra = self._warm.sources(table.frame_of([keys[i] for i in missing]))
+            out = [
+                Source(
+                    s.bundle,
+                    _put(s.members, missing, e.members, axis=1),
+                    {k: _put(v, missing, e.fail[k]) for k, v in s.fail.items()},
+                )
+                for s, e in zip(out, extra, strict=True)
+            ]
+        return out
+
+    def _refit_warm(self, study: Study, obs: _Observed, table: _Table) -> _Fit:
+        """The warm-started models for these observations, with their candidate predictions;
+        reused until the refit schedule says otherwise (as :meth:`_refit`)."""
+        assert self._warm is not None
+        key = ("warm", id(table))
+        fit = self._fit
+        if (
+            fit is not None
+            and fit.key == key
+            and obs.n - fit.n < max(1, math.floor(self.refit_growth * fit.n))
+        ):
+            return fit
+        X = np.array(obs.features, dtype=np.float32)
+        ok = np.array([v is not None for v in obs.values])
+        direction = "maximize" if study.direction == StudyDirection.MAXIMIZE else "minimize"
+        values = np.array([v for v in obs.values if v is not None], dtype=np.float64)
+        y = transform_objective(values, direction)
+        feas = FeasibilityModel(seed=self._seed, n_jobs=self.n_jobs).fit(X, ok, obs.statuses)
+        candidates = self._sources(table)
+        observed = self._observed_sources(table, obs.keys)
+        transfer = self._warm.fit(
+            X=X, y=y, ok=ok, statuses=obs.statuses, observed=observed, candidates=candidates,
+            X_candidates=table.features, target_device=self._target_device,
+            rng=np.random.default_rng([self._seed, obs.n]), n_models=self.n_models,
+            seed=self._seed, n_jobs=self.n_jobs,
+        )  # fmt: skip
+        self.last_transfer = transfer
+        self._fit = _Fit(
+            key=key, n=obs.n, n_features=table.features.shape[1], perf=None, feas=feas,
+            direction=direction, cand_mean=transfer.mean, cand_std=transfer.std,
+            cand_ok=feas.predict_ok(table.features) * transfer.p_ok, gate=True,
+            cand_prior=transfer.prior,
+        )  # fmt: skip
+        return self._fit
 
     # ------------------------------------------------------------------ plain-Optuna path
 
@@ -449,6 +598,7 @@ class SurrogateSampler(BaseSampler):
         obs_feat = self._plain_features(obs_enc, obs_raw, pair_cols, obs_configs)
         obs.features = list(obs_feat)
         fit = self._refit(study, obs, cand_feat.shape[1], key=("plain", encoder.names))
+        assert fit.perf is not None
         mean, std = fit.perf.predict(cand_feat, return_std=True)
         p_ok = fit.feas.predict_ok(cand_feat)
         choice = self._choose(
@@ -510,6 +660,7 @@ class SurrogateSampler(BaseSampler):
         near_pending: np.ndarray,
         boundary: np.ndarray | None,
         rng: np.random.Generator,
+        prior: np.ndarray | None = None,
     ) -> int:
         """Index of the best candidate by the acquisition (or by boundary uncertainty, or, for
         an ``explore_share`` of proposals, by distance among the candidates the model believes
@@ -528,12 +679,14 @@ class SurrogateSampler(BaseSampler):
         ei = expected_improvement(mean, std, best, xi=self.xi)
         if not (ei > 0).any():  # nothing expected to improve: rank by the predicted mean
             ei = np.exp(-(mean - mean.min()))
+        if prior is not None:  # a warm start's prior belief in where the optimum lies
+            ei = ei * prior
         top = float(ei.max())
         promise = ei / top if top > 0 else ei
         penalty = self.diversity_weight * proximity(near_evaluated, self.length_scale)
         penalty = penalty + self.pending_weight * proximity(near_pending, self.length_scale)
         allowed = np.ones(len(mean), dtype=bool)
-        if fit.feas.informative:
+        if fit.feas.informative or fit.gate:
             allowed = feasibility_gate(p_ok, self.gate_threshold, rng, epsilon=self.gate_epsilon)
             if not allowed.any():
                 allowed[:] = True
@@ -553,12 +706,14 @@ class _Fit:
     key: Any
     n: int
     n_features: int
-    perf: PerformanceModel
+    perf: PerformanceModel | None  # None where a warm start predicts the candidates itself
     feas: FeasibilityModel
     direction: str = "minimize"
     cand_mean: np.ndarray | None = None
     cand_std: np.ndarray | None = None
     cand_ok: np.ndarray | None = None
+    cand_prior: np.ndarray | None = None  # a warm start's factor on expected improvement
+    gate: bool = False  # gate on P(ok) even where the classifier alone is not informative
 
 
 class _Table:
@@ -640,6 +795,20 @@ class _Table:
         row = self.lookup.get(key)
         return self.features[row] if row is not None else self._extra_rows[key][1]
 
+    def frame_of(self, keys: Sequence[int]) -> pd.DataFrame:
+        """The configurations of ``keys`` (candidates or not) as a frame in ``names`` order."""
+        k = np.asarray(list(keys), dtype=np.int64)
+        index = (k[:, None] // self.strides[None, :]) % self.lengths[None, :]
+        return pd.DataFrame(
+            {
+                n: [
+                    _python(v) for v in np.asarray(self.space.values[n], dtype=object)[index[:, j]]
+                ]
+                for j, n in enumerate(self.space.names)
+            },
+            columns=list(self.space.names),
+        )
+
     def config(self, row: int) -> dict[str, Any]:
         return {n: _python(self.space.values[n][int(self.index[row, k])])
                 for k, n in enumerate(self.space.names)}  # fmt: skip
@@ -654,6 +823,52 @@ class _Table:
                 ok = (index[:, k] + step >= 0) & (index[:, k] + step < self.lengths[k])
                 near.append(keys[ok] + step * self.strides[k])
         return np.isin(self.keys, np.concatenate(near))
+
+
+def _warm_start(
+    warm_start: Any, space: SearchSpace | None, mode: str, n_design: int, n_fill: int
+) -> WarmStart | None:
+    """The sampler's WarmStart, checked against the space; None without one."""
+    if warm_start is None or (isinstance(warm_start, Sequence) and not warm_start
+                              and not isinstance(warm_start, str)):  # fmt: skip
+        return None
+    from surrotune.surrogate.transfer import WarmStart
+
+    if space is None:
+        raise ValueError(
+            "SurrogateSampler(warm_start=...) needs space=SearchSpace(...): a warm start ranks "
+            "the whole candidate set by the source models"
+        )
+    warm = (
+        warm_start
+        if isinstance(warm_start, WarmStart)
+        else WarmStart(warm_start, mode=mode, n_design=n_design, n_fill=n_fill)
+    )
+    warm.check(space.values)
+    return warm
+
+
+def _put(array: np.ndarray, at: np.ndarray, values: np.ndarray, axis: int = 0) -> np.ndarray:
+    """A copy of ``array`` with ``values`` at positions ``at`` along ``axis``."""
+    out = np.array(array, copy=True)
+    if axis == 0:
+        out[at] = values
+    else:
+        out[:, at] = values
+    return out
+
+
+def _device_of(study: Study, trials: Sequence[FrozenTrial]) -> dict[str, Any] | None:
+    """The target GPU's descriptor: the limits a measured trial recorded, else the study's
+    ``device`` attribute; None before anything was measured."""
+    from surrotune.surrogate.bundle import describe_device
+
+    limits = next((t.user_attrs["device_limits"] for t in trials
+                   if t.user_attrs.get("device_limits")), None)  # fmt: skip
+    device = study.user_attrs.get("device")
+    if not limits and not device:
+        return None
+    return describe_device(device, limits)
 
 
 def _learned(

@@ -1,0 +1,350 @@
+"""``surrotune bench --warm-start SOURCE TARGET``: what a model saved on one GPU saves on the next.
+
+For each pair of recordings of one kernel (the source GPU's, the target GPU's), the same loop a
+user runs (:func:`surrotune.bench.harness.run_one`) replays the target with:
+
+- ``cold``: the surrogate sampler from scratch (what the target costs without a model);
+- ``warm``: the surrogate sampler warm-started from the source's model bundle;
+- ``enqueue``: the simple baseline any Optuna user can write: ``study.enqueue_trial`` of the
+  source's best measured configurations (the bundle's top ``k``), then the surrogate sampler
+  (``enqueue-tpe``: then Optuna's default TPE, for the plain-Optuna user).
+
+The source's bundle is, by default, what a user would have after tuning the source GPU: the
+models of a ``surrotune run`` of ``--source-budget`` evaluations (the surrogate sampler, seed 0)
+on the source recording, fitted on that run's measurements. ``--source-model full`` fits them on
+the whole recording instead (every configuration measured: an upper bound on what a model of the
+source can carry over). The bundles are written to ``OUTPUT/models/`` and reused by ``--resume``.
+
+The report gives, per pair, the median evaluations to 95 % and 98 % of the target's optimum for
+each method, the ratio of cold to warm at 98 % and the issue's goals, then the usual per-dataset
+tables (:mod:`surrotune.bench.report`) of the targets.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from surrotune.bench import metrics, report
+from surrotune.bench.harness import (
+    BenchDataset,
+    BenchError,
+    BenchResult,
+    RunRecord,
+    RunSpec,
+    SamplerSpec,
+    _execute,
+    _resumable,
+    dataset_name,
+    prepare_dataset,
+)
+
+__all__ = [
+    "COLD",
+    "METHODS",
+    "Pair",
+    "build_source_bundle",
+    "format_transfer",
+    "run_transfer_bench",
+]
+
+#: the columns of the comparison, in report order
+METHODS = ("cold", "warm", "enqueue", "enqueue-tpe")
+COLD = "surrogate (cold)"
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One transfer: the source recording's model warm-starts the target's search."""
+
+    source: str
+    target: str
+
+    @property
+    def source_name(self) -> str:
+        return dataset_name(Path(self.source))
+
+    @property
+    def target_name(self) -> str:
+        return dataset_name(Path(self.target))
+
+    def label(self, method: str) -> str:
+        stem = self.source_name.split("/")[-1]
+        return {
+            "cold": COLD,
+            "warm": f"warm from {stem}",
+            "enqueue": f"enqueue top of {stem} + surrogate",
+            "enqueue-tpe": f"enqueue top of {stem} + tpe",
+        }[method]
+
+
+def build_source_bundle(path: str | Path, out: Path, *, budget: int | None, seed: int = 0) -> Path:
+    """The source's bundle, written to ``out``: fitted on a surrogate run of ``budget``
+    evaluations on the recording (None: on the whole recording)."""
+    from surrotune.surrogate.bundle import bundle_from_dataset, fit_bundle
+
+    if budget is None:
+        bundle = bundle_from_dataset(path, seed=seed)
+    else:
+        import optuna
+
+        from surrotune.analysis.export import study_results
+        from surrotune.backends.replay import ReplayBackend
+        from surrotune.bench.harness import _quiet_optuna
+        from surrotune.runner import Runner
+        from surrotune.sampling import make_sampler
+        from surrotune.surrogate.bundle import describe_device
+
+        _quiet_optuna()
+        dataset, space, _, _ = prepare_dataset(path)
+        study = optuna.create_study(
+            storage=optuna.storages.InMemoryStorage(),
+            sampler=make_sampler("surrogate", space, seed=seed),
+            direction=dataset.direction,
+        )
+        Runner(study=study, space=space, backend=ReplayBackend(dataset), trials=budget,
+               batch_size=1).run()  # fmt: skip
+        meta = dict(dataset.metadata)
+        bundle = fit_bundle(
+            study_results(study),
+            parameters={n: list(space.values[n]) for n in space.names},
+            direction=dataset.direction,
+            objective=dataset.objective,
+            device=describe_device(meta.get("device"), {"name": dataset.device_name}),
+            kernel=meta.get("kernel") or {"name": dataset.kernel_name, "template_sha256": None,
+                                          "note": "replayed recording without a template"},
+            problem_size=dataset.problem_size,
+            source={"dataset": str(path), "run": f"surrogate, seed {seed}, {budget} evaluations"},
+            seed=seed,
+        )  # fmt: skip
+    return bundle.save(out)
+
+
+def run_transfer_bench(
+    pairs: Sequence[tuple[str | Path, str | Path]],
+    budget: int,
+    seeds: int | Sequence[int],
+    out_dir: str | Path,
+    *,
+    methods: Sequence[str] = METHODS,
+    source_budget: int | None = 200,
+    enqueue_top: int = 10,
+    transfer_mode: str = "prior",
+    jobs: int = 1,
+    time_limit_s: float = 600.0,
+    command: str | None = None,
+    log: Callable[[str], None] | None = None,
+    plots: bool = True,
+    resume: bool = False,
+) -> tuple[str, list[RunRecord]]:
+    """Run every pair's methods over the seeds; write ``runs.jsonl``, ``transfer.md`` (and the
+    plots) into ``out_dir``; return the markdown and the records."""
+    say = log or (lambda line: print(line, file=sys.stderr, flush=True))
+    unknown = sorted(set(methods) - set(METHODS))
+    if unknown:
+        raise BenchError(f"--methods: unknown {unknown}; known: {', '.join(METHODS)}")
+    if not pairs:
+        raise BenchError("--warm-start needs at least one SOURCE TARGET pair")
+    seed_list = list(range(seeds)) if isinstance(seeds, int) else [int(s) for s in seeds]
+    chosen = [Pair(str(s), str(t)) for s, t in pairs]
+    for pair in chosen:
+        for path in (pair.source, pair.target):
+            if not Path(path).is_file():
+                raise BenchError(f"--warm-start: file not found: {path}")
+    start = time.monotonic()
+    out = Path(out_dir)
+    (out / "models").mkdir(parents=True, exist_ok=True)
+    bundles: dict[str, Path] = {}
+    for source in dict.fromkeys(p.source for p in chosen):
+        name = dataset_name(Path(source)).replace("/", "_")
+        what = "full" if source_budget is None else f"run{source_budget}"
+        path = out / "models" / f"{name}.{what}.json.gz"
+        if not (resume and path.is_file()):
+            say(f"surrotune bench: fitting the model of {source} ({what})")
+            build_source_bundle(source, path, budget=source_budget)
+        bundles[source] = path
+    tasks = _tasks(chosen, bundles, methods, seed_list, budget, time_limit_s, transfer_mode,
+                   enqueue_top)  # fmt: skip
+    records: list[RunRecord] = _resumable(out / "runs.jsonl", tasks) if resume else []
+    kept = {(r.sampler, r.dataset, r.seed) for r in records}
+    todo = [
+        t
+        for t in tasks
+        if (t.sampler.label, dataset_name(Path(t.dataset_path)), t.seed) not in kept
+    ]
+    with (out / "runs.jsonl").open("w") as sink:
+        for record in records:
+            sink.write(record.to_json() + "\n")
+
+        def done(record: RunRecord) -> None:
+            records.append(record)
+            sink.write(record.to_json() + "\n")
+            sink.flush()
+            say(f"[{len(records)}/{len(tasks)}] {record.sampler} on {record.dataset} seed "
+                f"{record.seed}: {record.evaluations} evaluations, {record.wall_s:.1f} s"
+                + (f" [{record.note}]" if record.note else ""))  # fmt: skip
+
+        interrupted = False
+        try:
+            _execute(todo, jobs, done)
+        except KeyboardInterrupt:
+            interrupted = True
+            say("surrotune bench: interrupted; reporting the runs that finished")
+    summaries = {p.target: prepare_dataset(p.target)[3] for p in chosen}
+    text = format_transfer(
+        chosen, records, summaries, methods, budget, seed_list,
+        source_budget=source_budget, enqueue_top=enqueue_top, command=command,
+        wall_s=time.monotonic() - start, interrupted=interrupted,
+    )  # fmt: skip
+    details = []
+    for target in dict.fromkeys(p.target for p in chosen):
+        labels = list(dict.fromkeys(
+            p.label(m) for p in chosen if p.target == target for m in methods
+        ))  # fmt: skip
+        result = BenchResult(
+            datasets=[summaries[target]], samplers=labels,
+            records=[r for r in records if r.dataset == summaries[target].name],
+            budget=budget, seeds=seed_list, settings={"jobs": jobs, "time_limit_s": time_limit_s},
+        )  # fmt: skip
+        detail = report.format_markdown(result).split("\n## ", 1)[-1]
+        details.append("## " + detail)
+        if plots:
+            name = f"convergence_{report._slug(summaries[target].name)}.png"
+            report.plot_convergence(result, summaries[target], out / name)
+            details.append(f"![{summaries[target].name}]({name})\n")
+    (out / "transfer.md").write_text(text + "\n\n" + "\n".join(details))
+    return text, records
+
+
+def _tasks(
+    pairs: Sequence[Pair],
+    bundles: dict[str, Path],
+    methods: Sequence[str],
+    seeds: Sequence[int],
+    budget: int,
+    time_limit_s: float,
+    mode: str,
+    top: int,
+) -> list[RunSpec]:
+    specs: dict[tuple[str, str], SamplerSpec] = {}
+    for pair in pairs:
+        bundle = str(bundles[pair.source])
+        for method in methods:
+            label = pair.label(method)
+            if method == "cold":
+                spec = SamplerSpec("surrogate", label)
+            elif method == "warm":
+                options: tuple[tuple[str, Any], ...] = (("warm_start", (bundle,)),)
+                if mode != "prior":
+                    options += (("transfer_mode", mode),)
+                spec = SamplerSpec("surrogate", label, options)
+            else:
+                name = "tpe" if method == "enqueue-tpe" else "surrogate"
+                spec = SamplerSpec(name, label, (("enqueue", (bundle, top)),))
+            specs[(pair.target, label)] = spec
+    return [
+        RunSpec(target, spec, seed, budget, time_limit_s, 1)
+        for (target, _), spec in specs.items()
+        for seed in seeds
+    ]
+
+
+def _median_to(records: Sequence[RunRecord], data: BenchDataset, target: float) -> float | None:
+    counts = [metrics.evaluations_to_reach(r.values, data.optimum, data.direction, target)
+              for r in records if r.stop_reason != "error"]  # fmt: skip
+    never = sum(c is None for c in counts)
+    if not counts or 2 * never >= len(counts):
+        return None
+    return float(np.median([math.inf if c is None else c for c in counts]))
+
+
+def _cell(value: float | None, budget: int) -> str:
+    return f">{budget}" if value is None else f"{value:g}"
+
+
+def format_transfer(
+    pairs: Sequence[Pair],
+    records: Sequence[RunRecord],
+    summaries: dict[str, BenchDataset],
+    methods: Sequence[str],
+    budget: int,
+    seeds: Sequence[int],
+    *,
+    source_budget: int | None,
+    enqueue_top: int,
+    command: str | None,
+    wall_s: float,
+    interrupted: bool = False,
+) -> str:
+    """The summary table: per pair and method, median evaluations to 95 % and 98 %."""
+    lines = ["# surrotune bench --warm-start", ""]
+    if command:
+        lines += [f"`{command}`", ""]
+    model = (
+        "fitted on the whole source recording"
+        if source_budget is None
+        else f"fitted on a {source_budget}-evaluation surrogate run (seed 0) on the source"
+    )
+    lines += [
+        f"Budget {budget} evaluations, {len(seeds)} seeds, batch size 1; the source model is "
+        f"{model}; the enqueue baseline enqueues the source's {enqueue_top} best measured "
+        f"configurations. Wall time {wall_s / 60:.1f} min"
+        + (" (interrupted)." if interrupted else "."),
+        "",
+        "Evaluations to 95 % / 98 % of the target's optimum, median over seeds ('>budget': half "
+        "the seeds or more never got there). Ratio: cold ÷ warm at 98 % (the goal: at least 2). "
+        "Misleading: the source ranks the target's configurations no better than chance "
+        "(Spearman ρ of the two recordings below 0.2).",
+        "",
+    ]
+    header = ["source → target", "ρ"] + [m for m in methods] + ["ratio at 98 %"]
+    lines.append("| " + " | ".join(header) + " |")
+    lines.append("|---|---:|" + "---:|" * (len(header) - 2))
+    for pair in pairs:
+        data = summaries[pair.target]
+        cells = [f"{pair.source_name} → {pair.target_name.split('/')[-1]}",
+                 f"{_rank_correlation(pair):.2f}"]  # fmt: skip
+        reach: dict[str, tuple[float | None, float | None]] = {}
+        for method in methods:
+            runs = [r for r in records
+                    if r.dataset == data.name and r.sampler == pair.label(method)]  # fmt: skip
+            if not runs:
+                cells.append("-")
+                continue
+            reach[method] = (_median_to(runs, data, 0.95), _median_to(runs, data, 0.98))
+            a, b = reach[method]
+            cells.append(f"{_cell(a, budget)} / {_cell(b, budget)}")
+        cold, warm = reach.get("cold", (None, None))[1], reach.get("warm", (None, None))[1]
+        cold_v = budget + 1 if cold is None else cold
+        warm_v = budget + 1 if warm is None else warm
+        ratio = cold_v / warm_v if "cold" in reach and "warm" in reach else None
+        cells.append(
+            "-"
+            if ratio is None
+            else f"{ratio:.2f}" + ("" if cold is not None else " (cold >budget)")
+        )
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _rank_correlation(pair: Pair) -> float:
+    """Spearman ρ of the objective between the two recordings over their common ok
+    configurations: how much the source *can* tell about the target."""
+    from scipy.stats import spearmanr
+
+    from surrotune.backends.replay import load_dataset
+
+    a, b = load_dataset(pair.source), load_dataset(pair.target)
+    common = [(r.objective, b.results[k].objective) for k, r in a.results.items()
+              if r.ok and k in b.results and b.results[k].ok]  # fmt: skip
+    if len(common) < 3:
+        return float("nan")
+    x, y = zip(*common, strict=True)
+    return float(spearmanr(x, y).statistic)

@@ -1,0 +1,604 @@
+"""Warm start: what a model learned on one GPU (a :class:`ModelBundle`) speeds up the next.
+
+Three things carry over, each undone by the new GPU's own data where the source is wrong:
+
+1. **The initial design.** The sources' best predicted configurations, kept diverse (each the
+   best predicted among the candidates at least half as far from everything tried or pending as
+   the farthest of them; several sources take turns), are interleaved with the space-filling
+   points a cold start would measure (computed blind to the sources' picks, so that a misleading
+   source cannot push them away): source, spread, source, spread, ... 5 and 10 by default. Once
+   a source ranks the first successful measurements well (Kendall's τ ≥ 0.6 over at least four,
+   checked from the fifth proposal on), the rest of the spread-out points are skipped.
+2. **A prior in the performance model.** A source predicts on its own scale (log time on the
+   source GPU); an affine map ``a * s(x) + b``, fitted on the target's measurements with a ridge
+   that pulls ``a`` towards 1 and keeps it non-negative, puts it on the target's. How much each
+   source (and the target's own model) is believed is decided by how well it *ranks* the target's
+   measurements: in the manner of the ranking-weighted ensemble of Feurer et al. ("Scalable
+   meta-learning for Bayesian optimization", 2018), over bootstrap resamples of the measurements,
+   each model's weight is the share of resamples in which it misorders the fewest pairs; the
+   target model is scored on its out-of-bag predictions, so it wins only where it generalises.
+   How the weighted prior is used is ``mode``:
+
+   * ``"prior"`` (default): the target's own ensemble predicts, exactly as in a cold start, and
+     the prior multiplies expected improvement by ``exp(-γ z(x))``, ``z`` the weighted sources'
+     mapped prediction in standard deviations above their best candidate, ``γ = strength ×
+     (the sources' total weight) × 10 / max(10, n)``: the acquisition of πBO (Hvarfner et al.,
+     "πBO: augmenting acquisition functions with user beliefs", ICLR 2022), whose prior fades as
+     the measurements ``n`` grow, here also as the sources lose their ranking weight;
+   * ``"stack"``: the weighted mean of the target model's and the mapped sources' predictions
+     (the ranking-weighted ensemble itself);
+   * ``"residual"``: the target's ensemble learns the difference between the measurements and
+     the weighted prior (``λ * prior + (1 - λ) * mean``, λ the sources' total weight);
+   * ``"feature"``: the mapped prior is one more feature of the target's model.
+
+   docs/transfer.md says how they compare.
+3. **Failures that depend on the kernel and the limits.** A ``compile`` failure recurs on a GPU
+   of the same vendor (same compiler); a ``resource`` failure recurs where the target's limit
+   (shared memory, registers or threads per block: the one the source's failures hit) is the
+   same or smaller. The device descriptors set a prior belief that each kind carries over (high
+   where the limits say so, low where the target has more, middling where they are unknown);
+   the target's measurements of configurations the source expected to fail update it (a Beta
+   posterior), so a wrong transfer is unlearned. ``launch``, ``runtime``, ``timeout`` and
+   ``correctness`` failures are not transferred: the target's classifier learns them.
+
+Everything here is numpy over arrays; :class:`~surrotune.surrogate.sampler.SurrogateSampler`
+glues it to a study.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from surrotune.surrogate.bundle import BundleError, ModelBundle, load_bundle
+from surrotune.surrogate.diversity import min_distances
+from surrotune.surrogate.performance import PerformanceModel
+
+__all__ = [
+    "TRANSFER_MODES",
+    "Source",
+    "TransferFit",
+    "WarmStart",
+    "affine_map",
+    "as_bundles",
+    "check_bundle",
+    "compatibility_notes",
+    "failure_confidence",
+    "failure_prior",
+    "pick_design",
+    "ranking_weights",
+    "vendor",
+]
+
+TRANSFER_MODES = ("prior", "stack", "residual", "feature")
+
+#: pseudo-observations behind the device limits' belief that a failure kind carries over
+_PRIOR_STRENGTH = 4.0
+#: bootstrap resamples of the target's measurements that the ranking weights are counted over
+_RESAMPLES = 128
+#: the ridge that pulls the affine map's slope towards 1, in observations' worth
+_SLOPE_PRIOR = 3.0
+#: Kendall's τ between a source and the first measurements that ends the design early
+_RANKS_WELL = 0.6
+
+
+def as_bundles(sources: Sequence[ModelBundle | str | Path] | ModelBundle | str | Path) -> list:
+    """Bundles or paths to bundles, as a list of loaded bundles."""
+    if isinstance(sources, (ModelBundle, str, Path)):
+        sources = [sources]
+    return [s if isinstance(s, ModelBundle) else load_bundle(s) for s in sources]
+
+
+# --------------------------------------------------------------------------- compatibility
+
+
+def check_bundle(bundle: ModelBundle, parameters: Mapping[str, Sequence[Any]]) -> None:
+    """Refuse a bundle that cannot read this search space's configurations, naming the
+    parameters (and values) that differ."""
+    problems = bundle.encoding.mismatches(parameters)
+    if problems:
+        raise BundleError(
+            f"the model {bundle.label} was learned on other parameters: "
+            + "; ".join(problems)
+            + ". A warm start needs the same parameter names, and values the model has measured"
+        )
+
+
+def compatibility_notes(
+    bundle: ModelBundle,
+    *,
+    sizes: Any = None,
+    template_sha256: str | None = None,
+    objective: str | None = None,
+    device: Mapping[str, Any] | None = None,
+) -> list[str]:
+    """What differs between the bundle's search and this one but does not stop a warm start:
+    the problem size, the kernel template, the objective, the GPU. One line each."""
+    notes = []
+    label = bundle.label
+    if sizes and bundle.problem_size and _size(sizes) != _size(bundle.problem_size):
+        notes.append(
+            f"note: {label} was learned at problem size {_size(bundle.problem_size)}, this run "
+            f"is {_size(sizes)}; its predictions are a prior that the new measurements correct"
+        )
+    theirs = (bundle.kernel or {}).get("template_sha256")
+    if template_sha256 and theirs and theirs != template_sha256:
+        notes.append(
+            f"note: {label} was learned on another version of the kernel template (SHA-256 "
+            f"{theirs[:12]}..., this one {template_sha256[:12]}...)"
+        )
+    elif template_sha256 and not theirs:
+        notes.append(f"note: {label} records no template hash (a replayed recording)")
+    if objective and bundle.objective and objective != bundle.objective:
+        notes.append(
+            f"note: {label} modelled {bundle.objective}, this run optimises {objective}; only "
+            "the ranking carries over"
+        )
+    theirs_name, mine_name = bundle.device.get("name"), (device or {}).get("name")
+    if theirs_name and mine_name and theirs_name != mine_name:
+        notes.append(f"warm start from {label} ({theirs_name}) on {mine_name}")
+    return notes
+
+
+def _size(size: Any) -> str:
+    if isinstance(size, Mapping):
+        return ", ".join(f"{k}={v}" for k, v in size.items())
+    if isinstance(size, (list, tuple)):
+        return "x".join(map(str, size))
+    return str(size)
+
+
+# --------------------------------------------------------------------------- failures
+
+
+_NVIDIA = re.compile(r"nvidia|geforce|tesla|quadro|rtx|gtx|\b[ahlbv]100\b|h200|gh200", re.I)
+_AMD = re.compile(r"\bamd\b|radeon|instinct|\bmi\d{2,3}|gfx\d", re.I)
+
+
+def vendor(device: Mapping[str, Any]) -> str | None:
+    """``nvidia``, ``amd`` or None: which compiler family builds the kernel for this device (a
+    CUDA compute capability says NVIDIA; otherwise the name does)."""
+    if device.get("compute_capability") or device.get("major") is not None:
+        return "nvidia"
+    name = str(device.get("name") or "")
+    if _NVIDIA.search(name):
+        return "nvidia"
+    if _AMD.search(name):
+        return "amd"
+    return None
+
+
+#: the per-block limit that decides whether a resource failure of each kind recurs
+_LIMIT_FIELDS = {
+    "shared": ("shared_per_block", "shared_per_block_optin"),
+    "registers": ("regs_per_block",),
+    "threads": ("max_threads_per_block",),
+}
+
+
+def failure_prior(
+    kind: str,
+    limits_hit: Mapping[str, int],
+    source: Mapping[str, Any],
+    target: Mapping[str, Any] | None,
+) -> tuple[float, str]:
+    """The prior probability that the source's failures of ``kind`` recur on the target, and why.
+
+    ``compile``: 0.9 on a GPU of the same vendor (same compiler), 0.1 on another, 0.5 unknown.
+    ``resource``: per limit the source's failures hit (weighted by how many hit it), 0.9 when
+    the target's limit is the same or smaller, 0.1 when it is larger, 0.7 when a limit is not
+    recorded on a GPU of the same vendor; 0.1 on another vendor; 0.5 when the target is unknown.
+    """
+    target = target or {}
+    same = vendor(source), vendor(target)
+    if None in same:
+        return 0.5, "the target GPU is not known yet" if not target else "vendor unknown"
+    if same[0] != same[1]:
+        return 0.1, f"{source.get('name')} and {target.get('name')} use different compilers"
+    if kind == "compile":
+        return 0.9, "same compiler"
+    total, belief, reasons = 0, 0.0, []
+    for limit, count in limits_hit.items():
+        fields = _LIMIT_FIELDS.get(limit)
+        mine = [target.get(f) for f in fields] if fields else []
+        theirs = [source.get(f) for f in fields] if fields else []
+        if fields and all(v is not None for v in mine + theirs):
+            smaller = all(m <= t for m, t in zip(mine, theirs, strict=True))
+            p = 0.9 if smaller else 0.1
+            reasons.append(f"{limit}: target {'<=' if smaller else '>'} source")
+        else:
+            p = 0.7
+            reasons.append(f"{limit}: limits not recorded")
+        total += count
+        belief += count * p
+    if not total:
+        return 0.7, "no resource failure on the source"
+    return belief / total, ", ".join(reasons)
+
+
+def failure_confidence(prior: float, expected_to_fail: np.ndarray, failed: np.ndarray) -> float:
+    """The belief that a failure kind carries over, after the target measured configurations
+    the source expected to fail: a Beta posterior whose prior is worth a few measurements."""
+    n = int(np.count_nonzero(expected_to_fail))
+    k = int(np.count_nonzero(expected_to_fail & failed))
+    return (k + _PRIOR_STRENGTH * prior) / (n + _PRIOR_STRENGTH)
+
+
+# --------------------------------------------------------------------------- the prior
+
+
+def affine_map(s: np.ndarray, y: np.ndarray, spread: float) -> tuple[float, float]:
+    """``(a, b)`` with ``y ≈ a * s + b``: least squares with a ridge pulling ``a`` towards 1
+    (worth :data:`_SLOPE_PRIOR` observations at the source's typical ``spread``), ``a >= 0``.
+
+    One GPU is mostly a faster or slower other GPU (on a log scale: a shift, slope 1); the slope
+    moves away from 1 only as far as the target's data says, and never below 0 (a source that
+    ranks backwards is not turned upside down: its ranking weight drops instead).
+    """
+    s = np.asarray(s, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    if len(y) == 0:
+        return 1.0, 0.0
+    if len(y) < 2:
+        return 1.0, float(y.mean() - s.mean())
+    ds, dy = s - s.mean(), y - y.mean()
+    ridge = _SLOPE_PRIOR * max(spread, 1e-12) ** 2
+    a = (float(ds @ dy) + ridge) / (float(ds @ ds) + ridge)
+    a = max(a, 0.0)
+    return a, float(y.mean() - a * s.mean())
+
+
+def ranking_weights(
+    predictions: Sequence[np.ndarray], y: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
+    """Each model's share of bootstrap resamples of ``y`` in which it misorders fewest pairs.
+
+    ``predictions[m]`` holds model ``m``'s prediction for every measurement (NaN where it has
+    none, e.g. no out-of-bag member): pairs with a NaN do not count for that model. Ties split the
+    resample evenly. With fewer than three distinct values nothing can be ranked and every model
+    gets the same weight.
+    """
+    y = np.asarray(y, dtype=np.float64)
+    m = len(predictions)
+    if m == 0:
+        return np.zeros(0)
+    if len(np.unique(y)) < 3:
+        return np.full(m, 1.0 / m)
+    n = len(y)
+    order = np.sign(y[:, None] - y[None, :])
+    counts = rng.multinomial(n, np.full(n, 1.0 / n), size=_RESAMPLES).astype(np.float64)
+    losses = np.empty((_RESAMPLES, m))
+    for k, pred in enumerate(predictions):
+        p = np.asarray(pred, dtype=np.float64)
+        valid = ~np.isnan(p)
+        pv = np.where(valid, p, 0.0)
+        pair_ok = (order != 0) & valid[:, None] & valid[None, :]
+        wrong = (np.sign(pv[:, None] - pv[None, :]) != order) & pair_ok
+        num = np.einsum("bi,ij,bj->b", counts, wrong.astype(np.float64), counts)
+        den = np.einsum("bi,ij,bj->b", counts, pair_ok.astype(np.float64), counts)
+        losses[:, k] = np.where(den > 0, num / np.maximum(den, 1e-300), 0.5)
+    best = losses <= losses.min(axis=1, keepdims=True) + 1e-12
+    return (best / best.sum(axis=1, keepdims=True)).mean(axis=0)
+
+
+# --------------------------------------------------------------------------- design
+
+
+def pick_design(
+    score: np.ndarray,
+    encoded: np.ndarray,
+    rows: np.ndarray,
+    existing: np.ndarray,
+    *,
+    pool: int,
+    gap: float,
+) -> int:
+    """The next configuration of the warm initial design (an index into ``rows``).
+
+    Among the ``pool`` best-scored available rows (lower score is better), the best-scored one
+    at least ``gap`` away (in the [0, 1] encoding) from every ``existing`` configuration: good by
+    the source's reckoning, and not a near-copy of what was tried already. When none is that far,
+    the farthest of them.
+    """
+    if len(rows) == 0:
+        raise ValueError("no configuration left to propose")
+    s = score[rows]
+    top = np.argsort(s, kind="stable")[: max(1, min(pool, len(rows)))]
+    if len(existing) == 0:
+        return int(top[0])
+    distance = min_distances(encoded[rows[top]], existing)
+    far = np.flatnonzero(distance >= gap)
+    return int(top[far[0]]) if len(far) else int(top[np.argmax(distance)])
+
+
+# --------------------------------------------------------------------------- fitting
+
+
+@dataclass
+class Source:
+    """One bundle's view of the candidate set: predictions and failure probabilities."""
+
+    bundle: ModelBundle
+    members: np.ndarray  # (K, n) performance predictions, the source's scale
+    fail: dict[str, np.ndarray]  # kind -> P(fails with it on the source GPU), (n,)
+    top: np.ndarray | None = None  # (n,) rank among the source's best measured; inf elsewhere
+
+    @property
+    def mean(self) -> np.ndarray:
+        return self.members.mean(axis=0)
+
+    @property
+    def spread(self) -> float:
+        """The typical spread of the source's predictions over the candidates."""
+        return float(np.std(self.mean)) or 1.0
+
+    @classmethod
+    def on(cls, bundle: ModelBundle, frame: pd.DataFrame) -> Source:
+        names = list(bundle.encoding.names)
+        ranks = {tuple(e["config"][n] for n in names): k for k, e in enumerate(bundle.top)}
+        top = np.array(
+            [ranks.get(tuple(row), np.inf) for row in frame[names].itertuples(index=False)],
+            dtype=np.float64,
+        )
+        members = bundle.predict(frame, members=True)
+        return cls(bundle, members, bundle.predict_failures(frame), top)
+
+    def take(self, rows: np.ndarray) -> Source:
+        return Source(
+            self.bundle,
+            self.members[:, rows],
+            {k: v[rows] for k, v in self.fail.items()},
+            None if self.top is None else self.top[rows],
+        )
+
+
+@dataclass
+class TransferFit:
+    """The warm-started models' predictions over the candidates, and the weights behind them."""
+
+    mean: np.ndarray
+    std: np.ndarray
+    p_ok: np.ndarray  # the factor that transferred failures put on P(ok)
+    prior: np.ndarray | None = None  # the factor the prior puts on expected improvement
+    weights: dict[str, float] = field(default_factory=dict)  # label -> weight; "target" too
+    maps: dict[str, tuple[float, float]] = field(default_factory=dict)
+    confidence: dict[str, float] = field(default_factory=dict)  # failure kind -> belief
+
+
+class WarmStart:
+    """The sources of a warm start and the maths that uses them (see the module docstring).
+
+    Args:
+        bundles: the source models (or paths to them).
+        mode: how the prior enters the performance model: ``residual``, ``stack``, ``feature``.
+        n_design: proposals of the initial design that the sources choose.
+        n_fill: space-filling proposals interleaved with them (source first, then one of each
+            in turn): measurements spread over the space are what tells a misleading source
+            from a good one, and what the target's own model needs when the source is wrong.
+        design_pool: the design chooses among this many best predicted configurations.
+    """
+
+    def __init__(
+        self,
+        bundles: Sequence[ModelBundle | str | Path] | ModelBundle | str | Path,
+        *,
+        mode: str = "prior",
+        n_design: int = 5,
+        n_fill: int = 10,
+        design_pool: int = 64,
+        design_gap: float = 0.0,
+        prior_strength: float = 2.0,
+        end_early: bool = True,
+    ) -> None:
+        if mode not in TRANSFER_MODES:
+            raise ValueError(f"mode must be one of {', '.join(TRANSFER_MODES)}; got {mode!r}")
+        self.bundles = as_bundles(bundles)
+        if not self.bundles:
+            raise ValueError("a warm start needs at least one model bundle")
+        labels = [b.label for b in self.bundles]
+        if len(set(labels)) != len(labels):  # two bundles of one name: number them
+            for k, b in enumerate(self.bundles):
+                b.path = f"{b.label}#{k + 1}"
+        self.mode = mode
+        self.n_design = n_design
+        self.n_fill = n_fill
+        self.prior_strength = prior_strength
+        self.design_gap = design_gap
+        self.end_early = end_early
+        sequence: list[bool] = []  # True: the sources choose; False: space-filling
+        while len(sequence) < n_design + n_fill:
+            chosen = sum(sequence)
+            filled = len(sequence) - chosen
+            sequence.append(chosen < n_design and (len(sequence) % 2 == 0 or filled >= n_fill))
+        self._sequence = sequence
+        self.design_pool = design_pool
+
+    def check(self, parameters: Mapping[str, Sequence[Any]]) -> None:
+        for bundle in self.bundles:
+            check_bundle(bundle, parameters)
+
+    def sources(self, frame: pd.DataFrame) -> list[Source]:
+        """Every bundle's predictions on the configurations of ``frame``."""
+        return [Source.on(b, frame) for b in self.bundles]
+
+    @property
+    def design_length(self) -> int:
+        return len(self._sequence)
+
+    @property
+    def early_end(self) -> int:
+        """The design may end once this many proposals are measured (three of the sources'
+        among them)."""
+        return min(len(self._sequence), 5) if self.end_early else len(self._sequence)
+
+    def ranks_well(self, observed: Sequence[Source], values: np.ndarray) -> bool:
+        """Whether a source ranks the target's successful measurements well enough (Kendall's
+        τ of at least :data:`_RANKS_WELL`, over at least four of them) that the rest of the
+        space-filling design can be skipped."""
+        from scipy.stats import kendalltau
+
+        if len(values) < 4 or len(np.unique(values)) < 3:
+            return False
+        for source in observed:
+            tau = kendalltau(source.mean, values).statistic
+            if np.isfinite(tau) and tau >= _RANKS_WELL:
+                return True
+        return False
+
+    def design_turn(self, turn: int) -> int | None:
+        """Which source chooses the ``turn``-th proposal of the design (they take turns), or
+        None for a space-filling one."""
+        if turn >= len(self._sequence) or not self._sequence[turn]:
+            return None
+        return sum(self._sequence[:turn]) % len(self.bundles)
+
+    def design_score(self, sources: Sequence[Source], which: int) -> np.ndarray:
+        """The score source ``which``'s design proposal ranks by (lower first): the source's
+        best *measured* configurations first, in their measured order (a measurement beats a
+        prediction: the ensemble's mean smooths an isolated optimum away), then its predicted
+        value, configurations it expects to fail (transferable kinds, P > 0.5) last."""
+        source = sources[which]
+        expected_fail = np.zeros(source.members.shape[1], dtype=bool)
+        for p in source.fail.values():
+            expected_fail |= p > 0.5
+        score = np.where(expected_fail, np.inf, source.mean)
+        if source.top is not None:
+            score = np.where(np.isfinite(source.top), source.top - 1e12, score)
+        return score
+
+    def fit(
+        self,
+        *,
+        X: np.ndarray,
+        y: np.ndarray,
+        ok: np.ndarray,
+        statuses: Sequence[str],
+        observed: Sequence[Source],
+        candidates: Sequence[Source],
+        X_candidates: np.ndarray,
+        target_device: Mapping[str, Any] | None,
+        rng: np.random.Generator,
+        n_models: int,
+        seed: int,
+        n_jobs: int,
+    ) -> TransferFit:
+        """Fit the warm-started performance model on the target's measurements.
+
+        ``X``: features of every measurement; ``y``: the transformed objective of the ``ok``
+        ones, in order; ``observed``/``candidates``: the sources at the measurements and at the
+        candidates (same order as ``self.bundles``).
+        """
+        Xok = X[ok]
+        labels = [s.bundle.label for s in candidates]
+        maps = []
+        for obs, cand in zip(observed, candidates, strict=True):
+            maps.append(affine_map(obs.mean[ok], y, cand.spread))
+        mapped_obs = [a * o.mean[ok] + b for (a, b), o in zip(maps, observed, strict=True)]
+        target = PerformanceModel(n_models=n_models, seed=seed, n_jobs=n_jobs)
+        enough = len(y) >= 3
+        oob = None
+        if self.mode != "feature" and enough:
+            target.fit(Xok, y)
+            members = target.predict_members(Xok)
+            mask = target.out_of_bag(len(y))
+            counted = mask.sum(axis=0)
+            oob = np.where(counted > 0, (members * mask).sum(axis=0) / np.maximum(counted, 1),
+                           np.nan)  # fmt: skip
+        preds = [*mapped_obs, oob] if oob is not None else mapped_obs
+        prior = None
+        weights = ranking_weights(preds, y, rng)
+        w_src = weights[: len(candidates)]
+        w_target = float(weights[-1]) if oob is not None else 0.0
+        total = float(w_src.sum())
+        share = w_src / total if total > 0 else np.full(len(w_src), 1.0 / len(w_src))
+        prior_cand = sum(
+            w * (a * c.mean + b) for w, (a, b), c in zip(share, maps, candidates, strict=True)
+        )
+        prior_obs = sum(w * m for w, m in zip(share, mapped_obs, strict=True))
+        prior_std = np.sqrt(sum(
+            (w * a) ** 2 * c.members.var(axis=0)
+            for w, (a, _), c in zip(share, maps, candidates, strict=True)
+        ))  # fmt: skip
+        if self.mode == "prior":
+            if oob is not None:
+                mean, std = target.predict(X_candidates, return_std=True)
+            else:  # too few measurements for a model of the target: the prior alone
+                mean, std = prior_cand, prior_std
+            spread = float(np.std(prior_cand)) or 1.0
+            decay = 10  # as many measurements as a cold start's design: full strength until then
+            strength = self.prior_strength * (1.0 - w_target) * decay / max(decay, len(ok))
+            prior = np.exp(-strength * (prior_cand - prior_cand.min()) / spread)
+        elif self.mode == "stack" and oob is not None:
+            t_mean, t_std = target.predict(X_candidates, return_std=True)
+            mean = w_target * t_mean + (1 - w_target) * prior_cand
+            std = np.sqrt((w_target * t_std) ** 2 + ((1 - w_target) * prior_std) ** 2)
+        elif self.mode == "stack" or (self.mode == "residual" and len(y) < 2):
+            mean, std = prior_cand, prior_std
+        elif self.mode == "residual":
+            lam = 1.0 - w_target
+            base_obs = lam * prior_obs + (1 - lam) * y.mean()
+            base_cand = lam * prior_cand + (1 - lam) * y.mean()
+            residual = PerformanceModel(n_models=n_models, seed=seed, n_jobs=n_jobs)
+            residual.fit(Xok, y - base_obs)
+            r_mean, r_std = residual.predict(X_candidates, return_std=True)
+            mean, std = base_cand + r_mean, r_std
+        else:  # feature
+            stacked = PerformanceModel(n_models=n_models, seed=seed, n_jobs=n_jobs)
+            stacked.fit(np.column_stack([Xok, prior_obs]), y)
+            mean, std = stacked.predict(np.column_stack([X_candidates, prior_cand]),
+                                        return_std=True)  # fmt: skip
+        p_ok, confidence = self._failure_factor(observed, candidates, share, statuses,
+                                                target_device)  # fmt: skip
+        return TransferFit(
+            mean=np.asarray(mean, dtype=np.float64),
+            std=np.asarray(std, dtype=np.float64),
+            p_ok=p_ok,
+            prior=prior,
+            weights={
+                **{lab: float(w) for lab, w in zip(labels, w_src, strict=True)},
+                "target": w_target,
+            },
+            maps={lab: m for lab, m in zip(labels, maps, strict=True)},
+            confidence=confidence,
+        )
+
+    def failure_factor(
+        self,
+        observed: Sequence[Source],
+        candidates: Sequence[Source],
+        statuses: Sequence[str],
+        target_device: Mapping[str, Any] | None,
+    ) -> np.ndarray:
+        """P(no transferred failure) per candidate, the sources weighted equally."""
+        share = np.full(len(candidates), 1.0 / len(candidates))
+        return self._failure_factor(observed, candidates, share, statuses, target_device)[0]
+
+    def _failure_factor(
+        self,
+        observed: Sequence[Source],
+        candidates: Sequence[Source],
+        share: np.ndarray,
+        statuses: Sequence[str],
+        target_device: Mapping[str, Any] | None,
+    ) -> tuple[np.ndarray, dict[str, float]]:
+        status = np.asarray(list(statuses), dtype=object)
+        n = candidates[0].members.shape[1]
+        factor = np.ones(n)
+        confidence: dict[str, float] = {}
+        for w, obs, cand in zip(share, observed, candidates, strict=True):
+            for kind, p_fail in cand.fail.items():
+                model = cand.bundle.failures[kind]
+                if not model.count:
+                    continue
+                prior, _ = failure_prior(kind, model.limits, cand.bundle.device, target_device)
+                expected = obs.fail[kind] > 0.5
+                c = failure_confidence(prior, expected, status == kind)
+                confidence[f"{cand.bundle.label}:{kind}"] = c
+                factor *= 1.0 - w * c * p_fail
+        return np.clip(factor, 0.0, 1.0), confidence

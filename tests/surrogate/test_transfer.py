@@ -1,0 +1,313 @@
+"""Model bundles and the warm start: round trips, refusals, weights, failures, and the payoff."""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+from pathlib import Path
+
+import numpy as np
+import optuna
+import pandas as pd
+import pytest
+
+from surrotune.backends.replay import ReplayBackend
+from surrotune.bench import metrics
+from surrotune.bench.harness import evaluation_sequence, prepare_dataset
+from surrotune.result import Result, Status
+from surrotune.runner import Runner
+from surrotune.space import SearchSpace
+from surrotune.surrogate.bundle import (
+    BUNDLE_VERSION,
+    BundleError,
+    ModelBundle,
+    bundle_from_dataset,
+    describe_device,
+    fit_bundle,
+    format_bundle,
+    load_bundle,
+    resource_limit,
+)
+from surrotune.surrogate.sampler import SurrogateSampler
+from surrotune.surrogate.transfer import (
+    Source,
+    WarmStart,
+    affine_map,
+    failure_confidence,
+    failure_prior,
+    ranking_weights,
+)
+
+PARAMS = {"BX": [16, 32, 64, 128, 256], "BY": [1, 2, 4, 8], "TILE": [1, 2, 4], "FLAG": [0, 1]}
+H100 = {
+    "name": "NVIDIA H100",
+    "major": 9,
+    "minor": 0,
+    "sharedMemPerBlock": 49152,
+    "sharedMemPerBlockOptin": 232448,
+    "regsPerBlock": 65536,
+    "maxThreadsPerBlock": 1024,
+}
+
+
+def _time(c: dict, shift: float = 0.0) -> float:
+    """A smooth landscape with its optimum at BX=64, BY=4, TILE=2, FLAG=1."""
+    return float(np.exp(
+        abs(np.log2(c["BX"] / (64 * 2**shift))) * 0.3 + abs(np.log2(c["BY"] / 4)) * 0.2
+        + abs(c["TILE"] - 2) * 0.15 + (1 - c["FLAG"]) * 0.1
+    ))  # fmt: skip
+
+
+def _results(shift: float = 0.0, noise: float = 0.0, seed: int = 0) -> list[Result]:
+    """Every configuration of PARAMS; BX * BY * TILE > 1024 needs too much shared memory."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for values in itertools.product(*PARAMS.values()):
+        c = dict(zip(PARAMS, values, strict=True))
+        if c["BX"] * c["BY"] * c["TILE"] > 1024:
+            out.append(Result(config=c, status=Status.RESOURCE,
+                              error="ptxas error: uses too much shared data"))  # fmt: skip
+        else:
+            t = _time(c, shift) * float(np.exp(noise * rng.normal()))
+            out.append(Result(config=c, status=Status.OK, objective=t, times_ms=(t,)))
+    return out
+
+
+def _bundle(results: list[Result] | None = None, device: dict | None = None) -> ModelBundle:
+    return fit_bundle(
+        results if results is not None else _results(),
+        parameters=PARAMS, direction="minimize", objective="time",
+        device=describe_device(device or H100), kernel={"name": "k", "template_sha256": "ab" * 32},
+        problem_size={"N": 4096}, source={"study": "test"},
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def bundle() -> ModelBundle:
+    return _bundle()
+
+
+def _frame() -> pd.DataFrame:
+    return pd.DataFrame([dict(zip(PARAMS, v, strict=True))
+                         for v in itertools.product(*PARAMS.values())])  # fmt: skip
+
+
+# ------------------------------------------------------------------ bundles
+
+
+@pytest.mark.parametrize("name", ["m.json", "m.json.gz"])
+def test_round_trip_gives_identical_predictions(
+    bundle: ModelBundle, tmp_path: Path, name: str
+) -> None:
+    path = bundle.save(tmp_path / name)
+    assert (path.read_bytes()[:2] == b"\x1f\x8b") == name.endswith(".gz")
+    loaded = load_bundle(path)
+    frame = _frame()
+    assert np.array_equal(loaded.predict(frame, members=True), bundle.predict(frame, members=True))
+    theirs, mine = loaded.predict_failures(frame), bundle.predict_failures(frame)
+    assert set(theirs) == {"compile", "resource"}
+    for kind in theirs:
+        assert np.array_equal(theirs[kind], mine[kind])
+    assert loaded.device["compute_capability"] == "9.0"
+    assert loaded.failures["resource"].limits == {"shared": bundle.failures["resource"].count}
+    assert loaded.top[0]["config"] == {"BX": 64, "BY": 4, "TILE": 2, "FLAG": 1}
+
+
+def test_bundle_holds_xgboost_json_and_the_encoding(bundle: ModelBundle, tmp_path: Path) -> None:
+    doc = json.loads(bundle.save(tmp_path / "m.json").read_text())
+    assert doc["format"] == "surrotune-model" and doc["version"] == BUNDLE_VERSION
+    assert "learner" in doc["performance"]["boosters"][0]  # XGBoost's own JSON model format
+    names = [p["name"] for p in doc["encoding"]["parameters"]]
+    assert names == list(PARAMS)
+    assert doc["objective"] == {"metric": "time", "direction": "minimize", "transform": "log"}
+    assert doc["kernel"]["template_sha256"] == "ab" * 32 and doc["problem_size"] == {"N": 4096}
+    text = format_bundle(load_bundle(tmp_path / "m.json"))
+    assert "NVIDIA H100" in text and "template SHA-256" in text and "BX: 16, 32" in text
+
+
+def test_older_and_newer_versions_are_refused_with_the_reason(
+    bundle: ModelBundle, tmp_path: Path
+) -> None:
+    doc = bundle.to_json()
+    for version, words in ((0, "no longer read"), (BUNDLE_VERSION + 1, "newer surrotune")):
+        path = tmp_path / f"v{version}.json.gz"
+        path.write_bytes(gzip.compress(json.dumps({**doc, "version": version}).encode()))
+        with pytest.raises(BundleError, match=words):
+            load_bundle(path)
+    doc["encoding"]["features_version"] = 99
+    (tmp_path / "f.json").write_text(json.dumps(doc))
+    with pytest.raises(BundleError, match="version 99"):
+        load_bundle(tmp_path / "f.json")
+    (tmp_path / "junk.json").write_text("[1, 2]")
+    with pytest.raises(BundleError, match="not a surrotune model bundle"):
+        load_bundle(tmp_path / "junk.json")
+
+
+def test_resource_limits_are_read_from_the_error_or_the_usage() -> None:
+    c = {"BX": 16}
+    shared = Result(config=c, status=Status.RESOURCE, error="uses too much shared data (0xd000)")
+    assert resource_limit(shared) == "shared"
+    limits = describe_device(H100)
+    usage = Result(config=c, status=Status.RESOURCE, registers=128, threads_per_block=1024)
+    assert resource_limit(usage, limits) == "registers"
+    assert resource_limit(Result(config=c, status=Status.RESOURCE)) == "unknown"
+
+
+# ------------------------------------------------------------------ refusals
+
+
+def test_a_bundle_for_other_parameters_is_refused_naming_them(bundle: ModelBundle) -> None:
+    other = SearchSpace({"BX": [16, 32], "BLOCK_Y": [1, 2], "TILE": [1, 2], "FLAG": [0, 1]})
+    with pytest.raises(BundleError, match="BY") as info:
+        SurrogateSampler(space=other, warm_start=[bundle])
+    assert "BLOCK_Y" in str(info.value)
+    new_value = SearchSpace({**PARAMS, "BX": [16, 32, 512]})
+    with pytest.raises(BundleError, match="BX: values 512"):
+        SurrogateSampler(space=new_value, warm_start=[bundle])
+    with pytest.raises(ValueError, match="needs space"):
+        SurrogateSampler(warm_start=[bundle])
+
+
+def test_a_subset_of_the_values_is_accepted(bundle: ModelBundle) -> None:
+    SurrogateSampler(space=SearchSpace({**PARAMS, "BX": [32, 64]}), warm_start=[bundle])
+
+
+# ------------------------------------------------------------------ the maths
+
+
+def test_ranking_weights_favour_the_model_that_orders_the_measurements() -> None:
+    rng = np.random.default_rng(0)
+    y = rng.normal(size=12)
+    good = y + 0.1 * rng.normal(size=12)
+    poor = rng.normal(size=12)
+    weights = ranking_weights([good, poor], y, np.random.default_rng(1))
+    assert weights.sum() == pytest.approx(1.0) and weights[0] > 0.9
+    flat = ranking_weights([good, poor], np.array([1.0, 1.0, 2.0]), np.random.default_rng(1))
+    assert np.allclose(flat, 0.5)  # too few distinct values to rank: no preference
+
+
+def test_affine_map_shifts_first_and_never_turns_a_source_upside_down() -> None:
+    s = np.array([0.0, 1.0, 2.0, 3.0])
+    a, b = affine_map(s, s + 5.0, spread=1.0)
+    assert a == pytest.approx(1.0) and b == pytest.approx(5.0)
+    a, _ = affine_map(s, -3 * s, spread=1.0)
+    assert a == 0.0
+    assert affine_map(s[:1], np.array([2.0]), spread=1.0) == (1.0, 2.0)
+
+
+def test_failures_transfer_where_the_limits_say_so() -> None:
+    src = describe_device(H100)
+    smaller = describe_device({**H100, "name": "NVIDIA L4", "sharedMemPerBlockOptin": 101376})
+    larger = describe_device({**H100, "name": "NVIDIA B200", "sharedMemPerBlock": 98304})
+    amd = {"name": "AMD Radeon PRO W7800"}
+    assert failure_prior("resource", {"shared": 5}, src, smaller)[0] == pytest.approx(0.9)
+    assert failure_prior("resource", {"shared": 5}, src, larger)[0] == pytest.approx(0.1)
+    assert failure_prior("resource", {"shared": 5}, src, amd)[0] == pytest.approx(0.1)
+    assert failure_prior("compile", {}, src, smaller)[0] == pytest.approx(0.9)
+    assert failure_prior("compile", {}, src, None)[0] == pytest.approx(0.5)
+    expected = np.array([True] * 6 + [False] * 4)
+    contradicted = failure_confidence(0.9, expected, np.zeros(10, dtype=bool))
+    confirmed = failure_confidence(0.9, expected, expected)
+    assert contradicted < 0.4 < 0.9 < confirmed
+
+
+def test_several_sources_are_weighted_by_how_well_they_rank_the_target() -> None:
+    """A source whose GPU behaves like the target's against one whose optimum lies elsewhere:
+    after a few measurements, the first carries the larger weight."""
+    near = _bundle(_results(shift=0.0, noise=0.05, seed=1), {**H100, "name": "NVIDIA near"})
+    far = _bundle(_results(shift=-2.0, noise=0.3, seed=2), {**H100, "name": "NVIDIA far"})
+    warm = WarmStart([far, near])
+    frame = _frame()
+    target = _results(shift=0.3, noise=0.02, seed=3)
+    ok = [r for r in target if r.ok]
+    measured = [ok[i] for i in np.random.default_rng(0).choice(len(ok), 12, replace=False)]
+    measured_frame = pd.DataFrame([r.config for r in measured])
+    y = np.log([r.objective for r in measured])
+    fit = warm.fit(
+        X=near.features(measured_frame), y=y, ok=np.ones(len(y), dtype=bool),
+        statuses=["ok"] * len(y), observed=warm.sources(measured_frame),
+        candidates=warm.sources(frame), X_candidates=near.features(frame), target_device=H100,
+        rng=np.random.default_rng(0), n_models=3, seed=0, n_jobs=1,
+    )  # fmt: skip
+    assert fit.weights["NVIDIA near"] > fit.weights["NVIDIA far"]
+    assert sum(fit.weights.values()) == pytest.approx(1.0)
+    assert fit.mean.shape == (len(frame),)
+    # the shared-memory failures of the source (same limits) lower P(ok) where they happened
+    big = (frame.BX * frame.BY * frame.TILE > 1024).to_numpy()
+    assert fit.p_ok[big].max() < 0.5 < fit.p_ok[~big].min()
+
+
+def test_design_proposes_the_sources_best_configurations_kept_apart(bundle: ModelBundle) -> None:
+    space = SearchSpace(PARAMS)
+    sampler = SurrogateSampler(
+        space=space, seed=0, warm_start=[bundle], n_warm_design=4, n_warm_fill=0
+    )
+    study = optuna.create_study(sampler=sampler)
+    configs = []
+    for _ in range(4):
+        trial = study.ask()
+        config = {n: trial.suggest_categorical(n, space.values[n]) for n in space.names}
+        configs.append(config)
+        study.tell(trial, _time(config))
+    assert configs[0] == {"BX": 64, "BY": 4, "TILE": 2, "FLAG": 1}  # the predicted best first
+    assert all(c["BX"] * c["BY"] * c["TILE"] <= 1024 for c in configs)  # none expected to fail
+    encoded = space.encode(pd.DataFrame(configs))
+    pairs = itertools.combinations(range(4), 2)
+    gaps = [np.linalg.norm(encoded[i] - encoded[j]) for i, j in pairs]
+    assert min(gaps) > 0.2  # diverse: no two are neighbours
+
+
+def test_design_interleaves_space_filling_proposals() -> None:
+    warm = WarmStart([_bundle()], n_design=3, n_fill=4)
+    turns = [warm.design_turn(t) for t in range(warm.design_length + 1)]
+    assert turns == [0, None, 0, None, 0, None, None, None]
+    two = WarmStart([_bundle(), _bundle()], n_design=4, n_fill=0)
+    assert [two.design_turn(t) for t in range(4)] == [0, 1, 0, 1]  # the sources take turns
+
+
+def test_warm_start_is_deterministic_for_a_seed(bundle: ModelBundle) -> None:
+    space = SearchSpace(PARAMS)
+
+    def proposals() -> list[dict]:
+        study = optuna.create_study(sampler=SurrogateSampler(space=space, seed=3,
+                                                             warm_start=[bundle]))  # fmt: skip
+        out = []
+        for _ in range(12):
+            trial = study.ask()
+            config = {n: trial.suggest_categorical(n, space.values[n]) for n in space.names}
+            study.tell(trial, _time(config, shift=0.5))
+            out.append(config)
+        return out
+
+    assert proposals() == proposals()
+
+
+# ------------------------------------------------------------------ the payoff, on replay
+
+
+def test_warm_start_beats_cold_start_on_a_shared_recording(kt_datasets: Path) -> None:
+    """dedispersion A100 -> A4000 (seed 0, 20 evaluations): the A100's model reaches 98 % of
+    the A4000's optimum within its first proposals; the cold start needs more than 20."""
+    source = bundle_from_dataset(kt_datasets / "dedispersion_milo" / "A100.json.gz")
+    target = kt_datasets / "dedispersion_milo" / "A4000.json.gz"
+    dataset, space, _, summary = prepare_dataset(target)
+
+    def evaluations_to_98(warm: list[ModelBundle] | None) -> int:
+        sampler = SurrogateSampler(space=space, seed=0, warm_start=warm)
+        study = optuna.create_study(sampler=sampler, direction=dataset.direction)
+        Runner(study=study, space=space, backend=ReplayBackend(dataset), trials=20,
+               batch_size=1).run()  # fmt: skip
+        values, _ = evaluation_sequence(study.get_trials(deepcopy=False))
+        reached = metrics.evaluations_to_reach(values, summary.optimum, summary.direction, 0.98)
+        return reached if reached is not None else 21
+
+    warm, cold = evaluations_to_98([source]), evaluations_to_98(None)
+    assert warm <= 5 and 2 * warm <= cold, (warm, cold)
+
+
+def test_sources_on_candidates_match_the_bundle(bundle: ModelBundle) -> None:
+    frame = _frame()
+    source = Source.on(bundle, frame)
+    assert np.allclose(source.mean, bundle.predict(frame))
+    assert np.array_equal(source.take(np.array([3, 1])).members, source.members[:, [3, 1]])
