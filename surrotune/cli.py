@@ -19,6 +19,7 @@ import optuna
 from surrotune import bench, models, session, workers
 from surrotune.analysis import commands as analysis_commands
 from surrotune.backends.sanitize import MODES
+from surrotune.counters.policy import CountersMode
 from surrotune.errors import SurrotuneError
 from surrotune.experiment import SAMPLERS, load_experiment, parse_duration
 from surrotune.finish import FinishSettings
@@ -77,6 +78,17 @@ def _parser() -> argparse.ArgumentParser:
         "--remeasure-rounds", type=int, default=10, metavar="R",
         help="interleaved rounds of the re-measurement (default: 10)",
     )  # fmt: skip
+    run.add_argument(
+        "--counters", choices=[m.value for m in CountersMode],
+        help="Nsight Compute counters at the end of the run: on the best configurations, the "
+        "performance failures, every measured one, or none (default: the experiment's "
+        "[evaluation] counters; cuda backend only; docs/counters.md)",
+    )  # fmt: skip
+    run.add_argument(
+        "--counters-budget", type=float, metavar="SHARE",
+        help="share of the run's wall time that profiling may take (default: the experiment's "
+        "[evaluation] counters_budget, 0.1)",
+    )  # fmt: skip
 
     worker = commands.add_parser(
         "worker", help="join a study that surrotune run started (another GPU or host)"
@@ -107,6 +119,20 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("storage", help="Optuna storage URL or path")
     show.add_argument("--study", help="study name (needed when the storage holds several)")
     show.add_argument("--top", type=int, default=10, help="how many configurations")
+
+    counters = commands.add_parser(
+        "counters",
+        help="profile every ok configuration of a recording with Nsight Compute (on a GPU) and "
+        "write the recording with its counters",
+    )  # fmt: skip
+    counters.add_argument("experiment", type=Path, help="the recording's experiment file")
+    counters.add_argument("--dataset", type=Path, required=True, help="the recording")
+    counters.add_argument(
+        "-o", "--output", type=Path, required=True,
+        help="the recording with counters (read first: an earlier call's work is kept)",
+    )  # fmt: skip
+    counters.add_argument("--batch-size", type=int, default=64, help="configurations per ncu run")
+    counters.add_argument("--limit", type=int, help="profile at most this many now")
 
     bench_parser = commands.add_parser(
         "bench", help="compare samplers on recorded datasets (replay, many seeds)"
@@ -147,6 +173,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return bench.run(args)
         if args.command == "model":
             return models.run(args)
+        if args.command == "counters":
+            return _counters(args)
         return _show(args)
     except SurrotuneError as exc:
         print(f"surrotune: error: {exc}", file=sys.stderr)
@@ -163,6 +191,15 @@ def _run(args: argparse.Namespace) -> int:
     overrides = _overrides(args)
     if args.trials is not None:
         overrides["trials"] = args.trials
+    if args.counters is not None:
+        overrides["counters"] = args.counters
+    if args.counters_budget is not None:
+        if not 0.0 < args.counters_budget <= 1.0:
+            raise session.SetupError(
+                f"--counters-budget must be a share of the run's time in (0, 1], got "
+                f"{args.counters_budget}"
+            )
+        overrides["counters_budget"] = args.counters_budget
     if args.remeasure == 1 or args.remeasure < 0 or args.remeasure_rounds < 1:
         raise session.SetupError(
             "--remeasure must be 0 (off) or at least 2, and --remeasure-rounds at least 1; got "
@@ -280,6 +317,32 @@ def _worker(args: argparse.Namespace) -> int:
 def _visible_label() -> str:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     return f"GPU {visible}" if visible else ""
+
+
+def _counters(args: argparse.Namespace) -> int:
+    """``surrotune counters``: a recording's counters, read on this GPU (docs/counters.md)."""
+    from surrotune.backends.cuda import CudaBackend
+    from surrotune.backends.replay import DatasetError, load_dataset
+    from surrotune.counters.profiler import NcuProfiler
+    from surrotune.counters.record import check_pairing, profile_recording
+
+    if args.batch_size < 1:
+        raise session.SetupError(f"--batch-size must be at least 1, got {args.batch_size}")
+    experiment = load_experiment(args.experiment)
+    try:
+        dataset = load_dataset(args.dataset)
+    except DatasetError as exc:
+        raise session.SetupError(str(exc)) from None
+    check_pairing(experiment, dataset, None)
+    with CudaBackend(experiment) as backend:
+        check_pairing(experiment, dataset, str(backend.device()["name"]))
+        profiler = NcuProfiler(backend, report_dir=args.output.parent / "ncu-reports")
+        summary = profile_recording(
+            args.dataset, args.output, profiler, batch_size=args.batch_size, limit=args.limit,
+            log=lambda line: print(line, flush=True),
+        )  # fmt: skip
+    print(summary.line())
+    return 0
 
 
 def _show(args: argparse.Namespace) -> int:

@@ -38,7 +38,12 @@ from surrotune.backends.replay import save_recording
 from surrotune.errors import SurrotuneError
 from surrotune.result import Result, Status
 from surrotune.runner import is_measurement
-from surrotune.verdicts import SANITIZER_PREFIX, demoted_trials, trial_verdicts
+from surrotune.verdicts import (
+    COUNTERS_PREFIX,
+    SANITIZER_PREFIX,
+    demoted_trials,
+    trial_verdicts,
+)
 
 __all__ = [
     "FORMATS",
@@ -68,11 +73,13 @@ def measured_trials(study: optuna.Study) -> list[tuple[FrozenTrial, Result]]:
     order; a demoted trial's Result carries the sanitizer's status and summary.
 
     Left out: duplicates (answered from the study), interrupted trials and ``constraint``
-    proposals (never compiled: they are not part of a recording's feasible space).
+    proposals (never compiled: they are not part of a recording's feasible space). A trial
+    profiled at the end of its run (``counters.<trial>`` study attributes) carries its counters.
     """
     pairs = []
     seen: set[str] = set()
     verdicts = trial_verdicts(study.user_attrs, SANITIZER_PREFIX)
+    profiled = trial_verdicts(study.user_attrs, COUNTERS_PREFIX)
     demoted = demoted_trials(study.user_attrs)  # a sanitizer finding: exported with its status
     for trial in study.get_trials(deepcopy=False):
         if not is_measurement(trial):
@@ -85,6 +92,9 @@ def measured_trials(study: optuna.Study) -> list[tuple[FrozenTrial, Result]]:
         if trial.number in demoted:
             summary = verdicts[trial.number].get("summary", "compute-sanitizer finding")
             attrs = {**attrs, "status": demoted[trial.number].value, "error": summary}
+        counters = (profiled.get(trial.number) or {}).get("counters")
+        if counters and not attrs.get("counters"):
+            attrs = {**attrs, "counters": dict(counters)}
         pairs.append((trial, Result.from_user_attrs(trial.params, attrs)))
     return pairs
 

@@ -47,7 +47,12 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 import optuna
 
-from surrotune.backends.compile import CompileError, CompileRequest, run_process_group
+from surrotune.backends.compile import (
+    CompiledKernel,
+    CompileError,
+    CompileRequest,
+    run_process_group,
+)
 from surrotune.experiment import Experiment
 from surrotune.result import ParamValue, Status
 from surrotune.template import Template
@@ -80,6 +85,7 @@ __all__ = [
     "main",
     "parse_sanitizer_output",
     "rebuild_launch",
+    "rebuild_launches",
     "run_sanitizer",
     "sanitize_trials",
 ]
@@ -338,23 +344,51 @@ def rebuild_launch(backend: CudaBackend, config: Mapping[str, ParamValue]) -> Sa
     configuration that was measured ``ok`` never does, and the cubin comes from the backend's
     compile cache where it has one.
     """
-    from surrotune.backends.cuda import launch_geometry
+    # the backend's own compiler (NVRTC or nvcc) and cache: the very cubin that was timed
+    compiled = backend.compiler.submit(_launch_request(backend, config)).result()
+    return _launch_job(backend, config, compiled)
 
+
+def rebuild_launches(
+    backend: CudaBackend, configs: Sequence[Mapping[str, ParamValue]]
+) -> list[SanitizeJob | CompileError | ValueError]:
+    """:func:`rebuild_launch` of each of ``configs``, compiled in parallel (a fresh machine's
+    cache is empty: one compile after another would cost a batch seconds per configuration);
+    the error in place of a job that cannot be built."""
+    futures = [backend.compiler.submit(_launch_request(backend, c)) for c in configs]
+    jobs: list[SanitizeJob | CompileError | ValueError] = []
+    for config, future in zip(configs, futures, strict=True):
+        try:
+            jobs.append(_launch_job(backend, config, future.result()))
+        except (CompileError, ValueError) as error:
+            jobs.append(error)
+    return jobs
+
+
+def _launch_request(backend: CudaBackend, config: Mapping[str, ParamValue]) -> CompileRequest:
     experiment = backend.experiment
-    kernel, launch = experiment.kernel, experiment.launch
-    assert kernel is not None and launch is not None  # CudaBackend checked both
-    env = {**experiment.sizes, **config}
-    request = CompileRequest(
-        source=Template.from_file(kernel.template).render(env),
+    kernel = experiment.kernel
+    assert kernel is not None  # CudaBackend checked it
+    return CompileRequest(
+        source=Template.from_file(kernel.template).render({**experiment.sizes, **config}),
         kernel_name=kernel.name,
         arch=kernel.arch or backend.device()["arch"],
         options=kernel.options,
     )
-    # the backend's own compiler (NVRTC or nvcc) and cache: the very cubin that was timed
-    compiled = backend.compiler.submit(request).result()
+
+
+def _launch_job(
+    backend: CudaBackend,
+    config: Mapping[str, ParamValue],
+    compiled: CompiledKernel | CompileError,
+) -> SanitizeJob:
+    from surrotune.backends.cuda import launch_geometry
+
     if isinstance(compiled, CompileError):
         raise compiled
-    geometry = launch_geometry(launch, env)
+    experiment = backend.experiment
+    assert experiment.launch is not None  # CudaBackend checked it
+    geometry = launch_geometry(experiment.launch, {**experiment.sizes, **config})
     return SanitizeJob(
         experiment=experiment,
         cubin=compiled.cubin,

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from surrotune.backends.compile import CompileError
 from surrotune.counters.metrics import COUNTERS, counters_from_metrics, ncu_metrics
 from surrotune.counters.ncu import find_ncu, ncu_failure, parse_ncu_csv, run_ncu
 from surrotune.result import ParamValue
@@ -81,15 +80,13 @@ class NcuProfiler:
         """Counters for each of ``configs`` (in order), from one ncu run."""
         if self.disabled or not configs:
             return ProfileBatch([None] * len(configs), error=self.disabled)
-        from surrotune.backends.sanitize import rebuild_launch
+        from surrotune.backends.sanitize import SanitizeJob, rebuild_launches
 
         jobs, index = [], []
-        for i, config in enumerate(configs):
-            try:
-                jobs.append(rebuild_launch(self.backend, config))
+        for i, job in enumerate(rebuild_launches(self.backend, configs)):
+            if isinstance(job, SanitizeJob):  # else never measured ok: nothing to profile
+                jobs.append(job)
                 index.append(i)
-            except (CompileError, ValueError):
-                continue  # never measured ok: nothing to profile
         batch = ProfileBatch([None] * len(configs))
         if not jobs:
             return batch

@@ -49,6 +49,49 @@ def test_raw_page_reads_a_column_per_metric_and_the_units_row() -> None:
     assert smem.metrics == {"dram__bytes_read.sum": 16_777_216, "gpu__time_duration.sum": None}
 
 
+#: real output of ncu 2025.3.1 on the H200 (capture.sh): vadd, smem (bank conflicts), vadd
+H200_DETAILS = (FIXTURES / "ncu_details_h200.csv").read_text()
+#: the same three kernels, raw page, profiled from the start (CuPy's random fills come first)
+H200_RAW = (FIXTURES / "ncu_raw_h200.csv").read_text()
+
+
+def test_real_h200_details_page_gives_every_counter_of_each_launch() -> None:
+    launches = parse_ncu_csv(H200_DETAILS)
+    assert [launch.kernel_name for launch in launches] == ["vadd", "smem", "vadd"]
+    names = {c.name for c in COUNTERS} - {"shared_requests"}  # not in capture.sh's list
+    for launch in launches:
+        counters = counters_from_metrics(launch.metrics)
+        assert set(counters) == names
+        assert counters["registers"] == 16
+        assert 0 < counters["achieved_occupancy"] <= 100
+    vadd, smem, _ = (counters_from_metrics(launch.metrics) for launch in launches)
+    # vadd reads two float32 arrays of 2**22 elements: 32 MiB from DRAM, to a few sectors
+    assert launches[0].metrics["dram__bytes_read.sum"] == pytest.approx(2 * 4 * 2**22, rel=1e-3)
+    assert launches[0].units["dram__bytes_read.sum"] == "byte"
+    # the transposed read of a [32][33] tile conflicts on shared-memory banks; vadd has none
+    assert smem["shared_bank_conflicts"] > 0 and vadd["shared_bank_conflicts"] == 0
+    assert vadd["stall_long_scoreboard"] > vadd["stall_barrier"]  # waiting on DRAM, no barrier
+    assert diagnose(vadd).label is not None
+
+
+def test_real_h200_raw_page_agrees_with_the_details_page() -> None:
+    raw = parse_ncu_csv(H200_RAW)
+    assert len(raw) == 8 and [launch.kernel_name for launch in raw[-3:]] == [
+        "vadd",
+        "smem",
+        "vadd",
+    ]
+    details = [counters_from_metrics(launch.metrics) for launch in parse_ncu_csv(H200_DETAILS)]
+    for one, other in zip(
+        details, (counters_from_metrics(x.metrics) for x in raw[-3:]), strict=True
+    ):
+        assert set(one) == set(other)
+        assert one["registers"] == other["registers"]
+        # two runs of the same kernels: rates agree to a few percent
+        assert one["achieved_occupancy"] == pytest.approx(other["achieved_occupancy"], rel=0.05)
+        assert one["dram_bytes"] == pytest.approx(other["dram_bytes"], rel=0.05)
+
+
 def test_text_without_a_table_is_refused() -> None:
     with pytest.raises(ValueError, match="no ncu CSV header"):
         parse_ncu_csv("==PROF== Disconnected from process 1\n")
@@ -175,9 +218,18 @@ def fake_launches(monkeypatch: pytest.MonkeyPatch) -> None:
             raise ValueError("no launch geometry")
         return SanitizeJob(None, b"", f"k{config['x']}", (1, 1, 1), (32, 1, 1), 0)  # type: ignore[arg-type]
 
+    def rebuild_all(backend: Any, configs: list[dict[str, int]]) -> list[Any]:
+        jobs: list[Any] = []
+        for config in configs:
+            try:
+                jobs.append(rebuild(backend, config))
+            except ValueError as error:
+                jobs.append(error)
+        return jobs
+
     import surrotune.backends.sanitize as sanitize
 
-    monkeypatch.setattr(sanitize, "rebuild_launch", rebuild)
+    monkeypatch.setattr(sanitize, "rebuild_launches", rebuild_all)
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="the stand-in ncu is a Python script")

@@ -110,3 +110,22 @@ def test_finish_profiles_only_where_a_gpu_ran(study: optuna.Study, tmp_path: Pat
         counters=CountersPolicy(mode="elite", elite=2), profiler=FakeProfiler(), run_wall_s=1e3,
     )  # fmt: skip
     assert len(profiled_counters(target)) == 2 and "profiled with ncu" in lines[0]
+
+
+def test_profiled_counters_travel_into_exported_results(study: optuna.Study) -> None:
+    from surrotune.analysis.export import measured_trials
+
+    target = optuna.create_study(direction=study.direction)
+    for trial in study.get_trials():  # as a live run stores them: no counters on the trial
+        trial.user_attrs = {k: v for k, v in trial.user_attrs.items() if k != "counters"}
+        target.add_trial(trial)
+    profile_study(target, FakeProfiler(cost=1.0), CountersPolicy(mode="elite", elite=3),
+                  run_wall_s=1e3)  # fmt: skip
+    stored = profiled_counters(target)
+    results = {t.number: r for t, r in measured_trials(target)}
+    for number, result in results.items():
+        if number in stored:
+            assert dict(result.counters) == stored[number]["counters"]
+        else:
+            assert not result.counters
+    assert len(stored) == 3
