@@ -7,6 +7,7 @@ was interrupted (its finished trials are stored; the same command resumes it).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 import warnings
@@ -334,6 +335,11 @@ def _counters(args: argparse.Namespace) -> int:
     except DatasetError as exc:
         raise session.SetupError(str(exc)) from None
     check_pairing(experiment, dataset, None)
+    if importlib.util.find_spec("cupy") is None:
+        raise session.SetupError(
+            f"{args.experiment}: surrotune counters profiles on a GPU: it needs CuPy and an "
+            "NVIDIA GPU (pip install 'surrotune[cuda]') and Nsight Compute (ncu)"
+        )
     with CudaBackend(experiment) as backend:
         check_pairing(experiment, dataset, str(backend.device()["name"]))
         profiler = NcuProfiler(backend, report_dir=args.output.parent / "ncu-reports")

@@ -117,3 +117,15 @@ def test_cli_refuses_a_mismatched_recording_with_exit_code_2(
     err = capsys.readouterr().err
     assert "reduction_h200.json.gz" in err and "parameters" in err
     assert not (tmp_path / "x").exists()
+
+
+def test_cli_without_cupy_says_what_it_needs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("cupy") is not None:
+        pytest.skip("CuPy is installed: the message for its absence cannot show")
+    code = main(["counters", str(GEMM), "--dataset", str(GEMM_H200), "-o", str(tmp_path / "x")])
+    assert code == 2
+    assert "needs CuPy and an NVIDIA GPU" in capsys.readouterr().err
