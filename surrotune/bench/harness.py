@@ -51,9 +51,11 @@ from surrotune.errors import SurrotuneError
 from surrotune.runner import Runner, is_measurement
 from surrotune.sampling import SpaceLike, make_sampler
 from surrotune.space import RecordedSpace, SearchSpace
+from surrotune.surrogate.counter_model import COUNTER_TARGETS
 
 __all__ = [
     "ABLATIONS",
+    "VARIANTS",
     "BenchDataset",
     "BenchError",
     "BenchResult",
@@ -75,6 +77,19 @@ ABLATIONS = ("classifier", "diversity", "features")
 
 #: the prefix that names a Kernel Tuner strategy among the samplers
 _KT_PREFIX = "kt:"
+
+#: named variants of a sampler, usable in ``--samplers`` like a sampler's name: label ->
+#: (sampler name, options). The option ``attrs`` sets attributes of the built sampler, for
+#: constructor options that ``make_sampler`` does not pass on.
+VARIANTS: dict[str, tuple[str, tuple[tuple[str, Any], ...]]] = {
+    # issue 6: predicted Nsight Compute counters as features (docs/BENCHMARKS.md) ...
+    "surrogate-counters": ("surrogate", (("attrs", (("counter_features", True),)),)),
+    # ... and with every counter target, the throughputs included (measured worse)
+    "surrogate-counters-all": (
+        "surrogate",
+        (("attrs", (("counter_features", True), ("counter_targets", tuple(COUNTER_TARGETS)))),),
+    ),
+}
 
 
 class BenchError(SurrotuneError, ValueError):
@@ -194,7 +209,10 @@ def parse_samplers(text: str | Sequence[str], ablate: Sequence[str] = ()) -> lis
     unknown = [a for a in ablate if a not in ABLATIONS]
     if unknown:
         raise BenchError(f"--ablate: unknown {unknown}; expected some of {', '.join(ABLATIONS)}")
-    specs = [SamplerSpec(name, name) for name in dict.fromkeys(names)]
+    specs = []
+    for name in dict.fromkeys(names):
+        base, options = VARIANTS.get(name, (name, ()))
+        specs.append(SamplerSpec(base, name, options))
     for part in ablate:
         specs.append(SamplerSpec("surrogate", f"surrogate-no-{part}", (("ablate", (part,)),)))
     return specs
@@ -254,16 +272,23 @@ def _check_samplers(
 def _make(spec: SamplerSpec, space: SpaceLike, *, seed: int) -> optuna.samplers.BaseSampler:
     """The ablation hook: options reach ``make_sampler`` as keyword arguments (except
     ``enqueue``, which :func:`_run_optuna` applies to the study)."""
-    options = {k: v for k, v in spec.options if k != "enqueue"}
+    options = {k: v for k, v in spec.options if k not in ("enqueue", "attrs")}
+    attrs = dict(dict(spec.options).get("attrs", ()))
     if not options:
-        return make_sampler(spec.name, space, seed=seed)
-    try:
-        return make_sampler(spec.name, space, seed=seed, **options)  # type: ignore[call-arg]
-    except TypeError as exc:
-        raise TypeError(
-            f"make_sampler({spec.name!r}) does not take the options {sorted(options)} yet "
-            f"({exc}); the ablation hook needs it to accept them"
-        ) from None
+        sampler = make_sampler(spec.name, space, seed=seed)
+    else:
+        try:
+            sampler = make_sampler(spec.name, space, seed=seed, **options)  # type: ignore[call-arg]
+        except TypeError as exc:
+            raise TypeError(
+                f"make_sampler({spec.name!r}) does not take the options {sorted(options)} yet "
+                f"({exc}); the ablation hook needs it to accept them"
+            ) from None
+    for name, value in attrs.items():
+        if not hasattr(sampler, name):
+            raise TypeError(f"{spec.label}: the {spec.name} sampler has no option {name!r}")
+        setattr(sampler, name, value)
+    return sampler
 
 
 # ---------------------------------------------------------------------------- one run

@@ -162,14 +162,16 @@ def run_transfer_bench(
     out = Path(out_dir)
     (out / "models").mkdir(parents=True, exist_ok=True)
     bundles: dict[str, Path] = {}
+    to_fit: list[tuple[str, Path]] = []
     for source in dict.fromkeys(p.source for p in chosen):
         name = dataset_name(Path(source)).replace("/", "_")
         what = "full" if source_budget is None else f"run{source_budget}"
         path = out / "models" / f"{name}.{what}.json.gz"
         if not (resume and path.is_file()):
             say(f"surrotune bench: fitting the model of {source} ({what})")
-            build_source_bundle(source, path, budget=source_budget)
+            to_fit.append((source, path))
         bundles[source] = path
+    _fit_sources(to_fit, source_budget, jobs)
     tasks = _tasks(chosen, bundles, methods, seed_list, budget, time_limit_s, transfer_mode,
                    enqueue_top)  # fmt: skip
     records: list[RunRecord] = _resumable(out / "runs.jsonl", tasks) if resume else []
@@ -221,6 +223,23 @@ def run_transfer_bench(
             details.append(f"![{summaries[target].name}]({name})\n")
     (out / "transfer.md").write_text(text + "\n\n" + "\n".join(details))
     return text, records
+
+
+def _fit_sources(to_fit: Sequence[tuple[str, Path]], budget: int | None, jobs: int) -> None:
+    """Fit the source bundles in spawned processes, never in this one: XGBoost's OpenMP
+    threads in the parent hang the runs' workers that :func:`_execute` then forks from it."""
+    if not to_fit:
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    context = multiprocessing.get_context("spawn")
+    workers = max(1, min(jobs, len(to_fit)))
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        futures = [pool.submit(build_source_bundle, source, path, budget=budget)
+                   for source, path in to_fit]  # fmt: skip
+        for future in futures:
+            future.result()
 
 
 def _tasks(

@@ -46,6 +46,7 @@ from optuna.samplers import BaseSampler, RandomSampler
 from optuna.study import Study, StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
+from surrotune.counters.policy import PREDICTION_ATTR
 from surrotune.result import Status
 from surrotune.sampling import held_params
 from surrotune.space import SearchSpace, SpaceError, SpaceTooLarge
@@ -54,6 +55,12 @@ from surrotune.surrogate.acquisition import (
     boundary_scores,
     expected_improvement,
     feasibility_gate,
+)
+from surrotune.surrogate.counter_model import (
+    MIN_PROFILED,
+    CounterModel,
+    counter_row,
+    trial_counters,
 )
 from surrotune.surrogate.diversity import greedy_maximin, min_distances, proximity
 from surrotune.surrogate.feasibility import FeasibilityModel
@@ -65,7 +72,11 @@ from surrotune.surrogate.features import (
     positive_columns,
     raw_values,
 )
-from surrotune.surrogate.performance import PerformanceModel, transform_objective
+from surrotune.surrogate.performance import (
+    PerformanceModel,
+    objective_transform,
+    transform_objective,
+)
 from surrotune.verdicts import demoted_trials
 
 if TYPE_CHECKING:
@@ -153,10 +164,20 @@ class SurrogateSampler(BaseSampler):
         transfer_mode: how the sources' prior enters the search: ``prior`` (a fading factor on
             expected improvement), ``stack``, ``residual`` or ``feature``
             (:mod:`surrotune.surrogate.transfer`).
-        n_warm_design: proposals of the initial design that the sources choose ...
-        n_warm_fill: ... and space-filling ones interleaved with them (together they replace
-            the ``n_startup_trials`` space-filling ones). The design ends early once the
-            sources rank the first measurements well (:meth:`WarmStart.ranks_well`).
+        n_warm_design: proposals of the initial design that the sources choose (they replace
+            the ``n_startup_trials`` space-filling ones) ...
+        n_warm_fill: ... and space-filling ones interleaved with them (none by default: the
+            measured defaults, docs/transfer.md).
+        counter_features: once at least ``MIN_PROFILED`` (10) learned trials carry Nsight
+            Compute counters (the trial attribute ``counters``, or the study attribute
+            ``counters.<number>``), small models learn configuration → counters on them and
+            their predictions become extra features of the performance model and the failure
+            classifier (:mod:`surrotune.surrogate.counter_model`); with fewer, nothing changes.
+            Off by default: see docs/BENCHMARKS.md, "Counter-informed sampler (issue 6)". Not
+            used by a warm start's models.
+        counter_targets: the counters learned (names of ``COUNTER_TARGETS``); default
+            ``DEFAULT_TARGETS`` (occupancy, L2 hit rate, bank conflicts, registers, spills, the
+            main stalls: not the throughputs, which restate the objective).
     """
 
     def __init__(
@@ -187,8 +208,10 @@ class SurrogateSampler(BaseSampler):
         explore_top: float = 0.1,
         warm_start: Sequence[ModelBundle | str | Path] | WarmStart | None = None,
         transfer_mode: str = "prior",
-        n_warm_design: int = 5,
-        n_warm_fill: int = 10,
+        n_warm_design: int = 10,
+        n_warm_fill: int = 0,
+        counter_features: bool = False,
+        counter_targets: Sequence[str] | None = None,
     ) -> None:
         self._space = space
         self._is_feasible = is_feasible
@@ -216,6 +239,8 @@ class SurrogateSampler(BaseSampler):
         self.max_candidates = max_candidates
         self.pool_size = pool_size
         self.n_jobs = n_jobs
+        self.counter_features = counter_features
+        self.counter_targets = counter_targets
         self._table: _Table | None = None
         self._fit: _Fit | None = None
         self._trial_keys: dict[int, Any] = {}
@@ -277,7 +302,8 @@ class SurrogateSampler(BaseSampler):
                 "SurrogateSampler: every feasible configuration has been proposed"
             )
         rows = np.flatnonzero(available)
-        if self._warm is not None and (self._in_design(table, obs) or obs.n_ok < 2):
+        in_design = obs.n + len(obs.pending) < self._warm.design_length if self._warm else False
+        if self._warm is not None and (in_design or obs.n_ok < 2):
             return table.config(int(rows[self._warm_design(table, obs, rows, rng)]))
         if self._warm is None and (obs.n < self.n_startup_trials or obs.n_ok < 2):
             existing = np.array(obs.encoded + obs.pending).reshape(-1, table.encoded.shape[1])
@@ -289,8 +315,9 @@ class SurrogateSampler(BaseSampler):
             fit = self._refit(study, obs, table.features.shape[1], key=("space", id(table)))
         if fit.cand_mean is None:
             assert fit.perf is not None
-            fit.cand_mean, fit.cand_std = fit.perf.predict(table.features, return_std=True)
-            fit.cand_ok = fit.feas.predict_ok(table.features)
+            features = fit.augment(table.features)
+            fit.cand_mean, fit.cand_std = fit.perf.predict(features, return_std=True)
+            fit.cand_ok = fit.feas.predict_ok(features)
         assert fit.cand_std is not None and fit.cand_ok is not None
         self._update_near(table, obs)
         assert self._near is not None
@@ -320,6 +347,7 @@ class SurrogateSampler(BaseSampler):
             rng,
             prior=fit.cand_prior[rows] if fit.cand_prior is not None else None,
         )
+        _record_prediction(study, trial, obs, fit.direction, float(fit.cand_mean[rows][choice]))
         return table.config(int(rows[choice]))
 
     def _local_mask(
@@ -457,20 +485,6 @@ class SurrogateSampler(BaseSampler):
             gap=self._warm.design_gap,
         )  # fmt: skip
 
-    def _in_design(self, table: _Table, obs: _Observed) -> bool:
-        """Whether the warm initial design goes on: until its end, or until the sources have
-        shown that they rank this GPU's first measurements well (it then ends early)."""
-        assert self._warm is not None
-        if obs.n >= self._warm.design_length:
-            return False
-        if obs.n < self._warm.early_end:
-            return True
-        ok = np.array([v is not None for v in obs.values])
-        values = np.array([v for v in obs.values if v is not None], dtype=np.float64)
-        keys = [k for k, good in zip(obs.keys, ok, strict=True) if good]
-        observed = self._observed_sources(table, keys)
-        return not self._warm.ranks_well(observed, values)
-
     def _observed_sources(self, table: _Table, keys: Sequence[int]) -> list[Source]:
         """The sources at the measured configurations: read from the candidates' predictions,
         computed only for the few measured ones that are not candidates."""
@@ -599,6 +613,7 @@ class SurrogateSampler(BaseSampler):
         obs.features = list(obs_feat)
         fit = self._refit(study, obs, cand_feat.shape[1], key=("plain", encoder.names))
         assert fit.perf is not None
+        cand_feat = fit.augment(cand_feat)
         mean, std = fit.perf.predict(cand_feat, return_std=True)
         p_ok = fit.feas.predict_ok(cand_feat)
         choice = self._choose(
@@ -612,6 +627,7 @@ class SurrogateSampler(BaseSampler):
             None,
             rng,
         )
+        _record_prediction(study, trial, obs, fit.direction, float(mean[choice]))
         return candidates[choice]
 
     def _plain_features(
@@ -641,13 +657,30 @@ class SurrogateSampler(BaseSampler):
         direction = "maximize" if study.direction == StudyDirection.MAXIMIZE else "minimize"
         values = np.array([v for v in obs.values if v is not None], dtype=np.float64)
         y = transform_objective(values, direction)
+        counters = self._counter_model(study, obs, X) if self.counter_features else None
+        if counters is not None:
+            X = counters.augment(X)
         perf = PerformanceModel(n_models=self.n_models, seed=self._seed, n_jobs=self.n_jobs)
         perf.fit(X[ok], y)
         feas = FeasibilityModel(seed=self._seed, n_jobs=self.n_jobs).fit(X, ok, obs.statuses)
         self._fit = _Fit(
-            key=key, n=obs.n, n_features=n_features, perf=perf, feas=feas, direction=direction
-        )
+            key=key, n=obs.n, n_features=n_features, perf=perf, feas=feas, direction=direction,
+            counters=counters,
+        )  # fmt: skip
         return self._fit
+
+    def _counter_model(self, study: Study, obs: _Observed, X: np.ndarray) -> CounterModel | None:
+        """Counter predictors fitted on the learned trials that carry counters; None while
+        fewer than ``MIN_PROFILED`` do (the models then see the configuration only)."""
+        found = trial_counters(study.get_trials(deepcopy=False), study.user_attrs)
+        rows = [i for i, number in enumerate(obs.numbers) if number in found]
+        if len(rows) < MIN_PROFILED:
+            return None
+        targets = {"targets": tuple(self.counter_targets)} if self.counter_targets else {}
+        model = CounterModel(seed=self._seed, n_jobs=self.n_jobs, **targets)
+        Y = np.stack([counter_row(found[obs.numbers[i]], model.targets) for i in rows])
+        model.fit(X[rows], Y)
+        return model if model.targets_ else None
 
     def _choose(
         self,
@@ -714,6 +747,11 @@ class _Fit:
     cand_ok: np.ndarray | None = None
     cand_prior: np.ndarray | None = None  # a warm start's factor on expected improvement
     gate: bool = False  # gate on P(ok) even where the classifier alone is not informative
+    counters: CounterModel | None = None  # predicted counters as extra features (if fitted)
+
+    def augment(self, features: np.ndarray) -> np.ndarray:
+        """The models' input for these configuration features (predicted counters added)."""
+        return features if self.counters is None else self.counters.augment(features)
 
 
 class _Table:
@@ -869,6 +907,19 @@ def _device_of(study: Study, trials: Sequence[FrozenTrial]) -> dict[str, Any] | 
     if not limits and not device:
         return None
     return describe_device(device, limits)
+
+
+def _record_prediction(
+    study: Study, trial: FrozenTrial, obs: _Observed, direction: str, predicted: float
+) -> None:
+    """Leave the model's prediction for the proposed trial, in the objective's own units, as
+    the system attribute :data:`PREDICTION_ATTR` (the counters policy ``failures`` compares it
+    with the measurement)."""
+    values = np.array([v for v in obs.values if v is not None], dtype=np.float64)
+    y = -predicted if direction == "maximize" else predicted
+    value = math.exp(min(y, 700.0)) if objective_transform(values) == "log" else y
+    if math.isfinite(value):
+        study._storage.set_trial_system_attr(trial._trial_id, PREDICTION_ATTR, value)
 
 
 def _learned(

@@ -2,13 +2,15 @@
 
 Three things carry over, each undone by the new GPU's own data where the source is wrong:
 
-1. **The initial design.** The sources' best predicted configurations, kept diverse (each the
-   best predicted among the candidates at least half as far from everything tried or pending as
-   the farthest of them; several sources take turns), are interleaved with the space-filling
-   points a cold start would measure (computed blind to the sources' picks, so that a misleading
-   source cannot push them away): source, spread, source, spread, ... 5 and 10 by default. Once
-   a source ranks the first successful measurements well (Kendall's τ ≥ 0.6 over at least four,
-   checked from the fifth proposal on), the rest of the spread-out points are skipped.
+1. **The initial design.** Instead of a blind space-filling start, the first proposals (10 by
+   default) are the sources' best configurations, kept diverse: first the ones a source
+   *measured* best, in their measured order (a measurement beats a prediction: an ensemble's
+   mean smooths an isolated optimum away), then its best predicted ones; each proposal is the
+   first in that order at least ``design_gap`` (0.1 in the [0, 1] encoding) from everything tried
+   or pending, and configurations a source expects to fail are left out. Several sources take
+   turns. Space-filling proposals, as a cold start makes them, can be interleaved
+   (``n_fill``); there are none by default (these defaults were measured against the first
+   version's as a whole, docs/transfer.md).
 2. **A prior in the performance model.** A source predicts on its own scale (log time on the
    source GPU); an affine map ``a * s(x) + b``, fitted on the target's measurements with a ridge
    that pulls ``a`` towards 1 and keeps it non-negative, puts it on the target's. How much each
@@ -24,7 +26,8 @@ Three things carry over, each undone by the new GPU's own data where the source 
      mapped prediction in standard deviations above their best candidate, ``γ = strength ×
      (the sources' total weight) × 10 / max(10, n)``: the acquisition of πBO (Hvarfner et al.,
      "πBO: augmenting acquisition functions with user beliefs", ICLR 2022), whose prior fades as
-     the measurements ``n`` grow, here also as the sources lose their ranking weight;
+     the measurements ``n`` grow, here also as the sources lose their ranking weight (the
+     strength is 0 by default, part of the measured defaults in docs/transfer.md);
    * ``"stack"``: the weighted mean of the target model's and the mapped sources' predictions
      (the ranking-weighted ensemble itself);
    * ``"residual"``: the target's ensemble learns the difference between the measurements and
@@ -84,8 +87,6 @@ _PRIOR_STRENGTH = 4.0
 _RESAMPLES = 128
 #: the ridge that pulls the affine map's slope towards 1, in observations' worth
 _SLOPE_PRIOR = 3.0
-#: Kendall's τ between a source and the first measurements that ends the design early
-_RANKS_WELL = 0.6
 
 
 def as_bundles(sources: Sequence[ModelBundle | str | Path] | ModelBundle | str | Path) -> list:
@@ -379,9 +380,15 @@ class WarmStart:
         mode: how the prior enters the performance model: ``residual``, ``stack``, ``feature``.
         n_design: proposals of the initial design that the sources choose.
         n_fill: space-filling proposals interleaved with them (source first, then one of each
-            in turn): measurements spread over the space are what tells a misleading source
-            from a good one, and what the target's own model needs when the source is wrong.
-        design_pool: the design chooses among this many best predicted configurations.
+            in turn), as a cold start would measure them. None by default: the design
+            without them (and with the other defaults here) needed fewer evaluations on the
+            shared recordings than the first version's 5 + 10 (docs/transfer.md).
+        design_pool: the design chooses among this many of a source's best configurations.
+        design_gap: a design proposal keeps at least this distance (in the [0, 1] encoding)
+            from everything tried or pending: the sources' best configurations, kept diverse.
+        prior_strength: the prior's exponent right after the design (``mode="prior"``). 0 by
+            default (part of the measured defaults, docs/transfer.md): the sources act through
+            the initial design and the failure transfer.
     """
 
     def __init__(
@@ -389,12 +396,11 @@ class WarmStart:
         bundles: Sequence[ModelBundle | str | Path] | ModelBundle | str | Path,
         *,
         mode: str = "prior",
-        n_design: int = 5,
-        n_fill: int = 10,
+        n_design: int = 10,
+        n_fill: int = 0,
         design_pool: int = 64,
-        design_gap: float = 0.0,
-        prior_strength: float = 2.0,
-        end_early: bool = True,
+        design_gap: float = 0.1,
+        prior_strength: float = 0.0,
     ) -> None:
         if mode not in TRANSFER_MODES:
             raise ValueError(f"mode must be one of {', '.join(TRANSFER_MODES)}; got {mode!r}")
@@ -410,7 +416,6 @@ class WarmStart:
         self.n_fill = n_fill
         self.prior_strength = prior_strength
         self.design_gap = design_gap
-        self.end_early = end_early
         sequence: list[bool] = []  # True: the sources choose; False: space-filling
         while len(sequence) < n_design + n_fill:
             chosen = sum(sequence)
@@ -430,26 +435,6 @@ class WarmStart:
     @property
     def design_length(self) -> int:
         return len(self._sequence)
-
-    @property
-    def early_end(self) -> int:
-        """The design may end once this many proposals are measured (three of the sources'
-        among them)."""
-        return min(len(self._sequence), 5) if self.end_early else len(self._sequence)
-
-    def ranks_well(self, observed: Sequence[Source], values: np.ndarray) -> bool:
-        """Whether a source ranks the target's successful measurements well enough (Kendall's
-        τ of at least :data:`_RANKS_WELL`, over at least four of them) that the rest of the
-        space-filling design can be skipped."""
-        from scipy.stats import kendalltau
-
-        if len(values) < 4 or len(np.unique(values)) < 3:
-            return False
-        for source in observed:
-            tau = kendalltau(source.mean, values).statistic
-            if np.isfinite(tau) and tau >= _RANKS_WELL:
-                return True
-        return False
 
     def design_turn(self, turn: int) -> int | None:
         """Which source chooses the ``turn``-th proposal of the design (they take turns), or

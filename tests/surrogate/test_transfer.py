@@ -255,7 +255,7 @@ def test_design_proposes_the_sources_best_configurations_kept_apart(bundle: Mode
     encoded = space.encode(pd.DataFrame(configs))
     pairs = itertools.combinations(range(4), 2)
     gaps = [np.linalg.norm(encoded[i] - encoded[j]) for i, j in pairs]
-    assert min(gaps) > 0.2  # diverse: no two are neighbours
+    assert min(gaps) >= 0.1  # kept diverse: no two closer than the design gap
 
 
 def test_design_interleaves_space_filling_proposals() -> None:
