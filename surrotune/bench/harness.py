@@ -587,7 +587,7 @@ def run_bench(
             records.append(record)
             sink.write(record.to_json() + "\n")
             sink.flush()
-            say(_progress_line(len(records), len(tasks), record, summaries))
+            say(_progress_line(len(records), len(all_tasks), record, summaries))
 
         try:
             _execute(tasks, jobs or os.cpu_count() or 1, done)

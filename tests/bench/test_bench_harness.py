@@ -185,8 +185,14 @@ def test_resume_keeps_matching_runs_and_runs_only_the_rest(tiny: Path, tmp_path:
     broken = json.loads(lines[1])
     broken["stop_reason"] = "error"
     (out / "runs.jsonl").write_text(lines[0] + "\n" + json.dumps(broken) + "\n")
-    second = run_bench([tiny], "random,tpe", 5, 2, out, jobs=1, plots=False, resume=True)
+    said: list[str] = []
+    second = run_bench(
+        [tiny], "random,tpe", 5, 2, out, jobs=1, plots=False, resume=True, log=said.append
+    )
     assert len(second.records) == 4
+    assert said[0] == "surrotune bench: resuming: 1 runs kept, 3 to run"
+    # progress counts the kept runs too, out of every run of the benchmark
+    assert [line.split("]")[0] for line in said[1:4]] == ["[2/4", "[3/4", "[4/4"]
     assert second.records[0].to_json() == first.records[0].to_json()
     assert [(r.sampler, r.seed) for r in second.records] == [
         ("random", 0),
