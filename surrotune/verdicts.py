@@ -31,6 +31,7 @@ __all__ = [
     "SANITIZER_PREFIX",
     "VERDICT_ATTRS",
     "demoted_trials",
+    "profiled_trial_counters",
     "ranked_ok_trials",
     "set_trial_verdict",
     "trial_verdicts",
@@ -92,6 +93,20 @@ def demoted_trials(source: optuna.Study | Mapping[str, Any]) -> dict[int, Status
         except ValueError:
             demoted[number] = Status.RUNTIME
     return demoted
+
+
+def profiled_trial_counters(
+    source: optuna.Study | Mapping[str, Any],
+) -> dict[int, Mapping[str, float]]:
+    """Trial number -> the counters its profile stored (the ``counters`` of each
+    ``counters.<number>`` study attribute that holds any): what Nsight Compute read on that
+    trial's configuration after the search."""
+    found: dict[int, Mapping[str, float]] = {}
+    for number, verdict in trial_verdicts(source, COUNTERS_PREFIX).items():
+        counters = verdict.get("counters") if isinstance(verdict, Mapping) else None
+        if isinstance(counters, Mapping) and counters:
+            found[number] = counters
+    return found
 
 
 def ranked_ok_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:

@@ -39,9 +39,9 @@ from surrotune.errors import SurrotuneError
 from surrotune.result import Result, Status
 from surrotune.runner import is_measurement
 from surrotune.verdicts import (
-    COUNTERS_PREFIX,
     SANITIZER_PREFIX,
     demoted_trials,
+    profiled_trial_counters,
     trial_verdicts,
 )
 
@@ -74,12 +74,13 @@ def measured_trials(study: optuna.Study) -> list[tuple[FrozenTrial, Result]]:
 
     Left out: duplicates (answered from the study), interrupted trials and ``constraint``
     proposals (never compiled: they are not part of a recording's feasible space). A trial
-    profiled at the end of its run (``counters.<trial>`` study attributes) carries its counters.
+    profiled at the end of its run (``counters.<trial>`` study attributes) carries those
+    counters, as :func:`surrotune.surrogate.counter_model.trial_counters` reads them.
     """
     pairs = []
     seen: set[str] = set()
     verdicts = trial_verdicts(study.user_attrs, SANITIZER_PREFIX)
-    profiled = trial_verdicts(study.user_attrs, COUNTERS_PREFIX)
+    profiled = profiled_trial_counters(study.user_attrs)
     demoted = demoted_trials(study.user_attrs)  # a sanitizer finding: exported with its status
     for trial in study.get_trials(deepcopy=False):
         if not is_measurement(trial):
@@ -92,9 +93,8 @@ def measured_trials(study: optuna.Study) -> list[tuple[FrozenTrial, Result]]:
         if trial.number in demoted:
             summary = verdicts[trial.number].get("summary", "compute-sanitizer finding")
             attrs = {**attrs, "status": demoted[trial.number].value, "error": summary}
-        counters = (profiled.get(trial.number) or {}).get("counters")
-        if counters and not attrs.get("counters"):
-            attrs = {**attrs, "counters": dict(counters)}
+        if trial.number in profiled:
+            attrs = {**attrs, "counters": dict(profiled[trial.number])}
         pairs.append((trial, Result.from_user_attrs(trial.params, attrs)))
     return pairs
 

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 from optuna.trial import FrozenTrial
 
-from surrotune.verdicts import COUNTERS_PREFIX, trial_verdicts
+from surrotune.verdicts import profiled_trial_counters
 
 __all__ = [
     "COUNTER_TARGETS",
@@ -131,10 +131,7 @@ def trial_counters(
         counters = t.user_attrs.get("counters")
         if isinstance(counters, Mapping) and counters:
             out[t.number] = counters
-    for number, verdict in trial_verdicts(study_attrs or {}, COUNTERS_PREFIX).items():
-        counters = verdict.get("counters") if isinstance(verdict, Mapping) else None
-        if isinstance(counters, Mapping) and counters:
-            out[number] = counters
+    out.update(profiled_trial_counters(study_attrs or {}))
     return out
 
 
