@@ -511,18 +511,10 @@ class SurrogateSampler(BaseSampler):
         reused until the refit schedule says otherwise (as :meth:`_refit`)."""
         assert self._warm is not None
         key = ("warm", id(table))
-        fit = self._fit
-        if (
-            fit is not None
-            and fit.key == key
-            and obs.n - fit.n < max(1, math.floor(self.refit_growth * fit.n))
-        ):
-            return fit
-        X = np.array(obs.features, dtype=np.float32)
-        ok = np.array([v is not None for v in obs.values])
-        direction = "maximize" if study.direction == StudyDirection.MAXIMIZE else "minimize"
-        values = np.array([v for v in obs.values if v is not None], dtype=np.float64)
-        y = transform_objective(values, direction)
+        current = self._current_fit(obs, key, table.features.shape[1])
+        if current is not None:
+            return current
+        X, ok, direction, y = self._training_set(study, obs)
         feas = FeasibilityModel(seed=self._seed, n_jobs=self.n_jobs).fit(X, ok, obs.statuses)
         candidates = self._sources(table)
         observed = self._observed_sources(table, obs.keys)
@@ -644,19 +636,10 @@ class SurrogateSampler(BaseSampler):
 
     def _refit(self, study: Study, obs: _Observed, n_features: int, key: Any) -> _Fit:
         """The fitted models for these observations: reused until the schedule says refit."""
-        fit = self._fit
-        if (
-            fit is not None
-            and fit.key == key
-            and fit.n_features == n_features
-            and obs.n - fit.n < max(1, math.floor(self.refit_growth * fit.n))
-        ):
-            return fit
-        X = np.array(obs.features, dtype=np.float32)
-        ok = np.array([v is not None for v in obs.values])
-        direction = "maximize" if study.direction == StudyDirection.MAXIMIZE else "minimize"
-        values = np.array([v for v in obs.values if v is not None], dtype=np.float64)
-        y = transform_objective(values, direction)
+        current = self._current_fit(obs, key, n_features)
+        if current is not None:
+            return current
+        X, ok, direction, y = self._training_set(study, obs)
         counters = self._counter_model(study, obs, X) if self.counter_features else None
         if counters is not None:
             X = counters.augment(X)
@@ -668,6 +651,30 @@ class SurrogateSampler(BaseSampler):
             counters=counters,
         )  # fmt: skip
         return self._fit
+
+    def _current_fit(self, obs: _Observed, key: Any, n_features: int) -> _Fit | None:
+        """The last fit, where it is of the same models (``key``, feature count) and too few
+        observations arrived since for the refit schedule (``refit_growth``)."""
+        fit = self._fit
+        if (
+            fit is not None
+            and fit.key == key
+            and fit.n_features == n_features
+            and obs.n - fit.n < max(1, math.floor(self.refit_growth * fit.n))
+        ):
+            return fit
+        return None
+
+    def _training_set(
+        self, study: Study, obs: _Observed
+    ) -> tuple[np.ndarray, np.ndarray, str, np.ndarray]:
+        """Features of every learned trial, which of them are ok, the direction, and the
+        transformed objective of the ok ones."""
+        X = np.array(obs.features, dtype=np.float32)
+        ok = np.array([v is not None for v in obs.values])
+        direction = "maximize" if study.direction == StudyDirection.MAXIMIZE else "minimize"
+        values = np.array([v for v in obs.values if v is not None], dtype=np.float64)
+        return X, ok, direction, transform_objective(values, direction)
 
     def _counter_model(self, study: Study, obs: _Observed, X: np.ndarray) -> CounterModel | None:
         """Counter predictors fitted on the learned trials that carry counters; None while
