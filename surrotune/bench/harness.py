@@ -65,6 +65,8 @@ __all__ = [
     "evaluation_sequence",
     "parse_samplers",
     "prepare_dataset",
+    "record_runs",
+    "resumed_runs",
     "run_bench",
     "run_one",
 ]
@@ -570,31 +572,14 @@ def run_bench(
     ]
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    records: list[RunRecord] = []
-    all_tasks = tasks
-    if resume:
-        records = _resumable(out / "runs.jsonl", tasks)
-        kept = {(r.sampler, r.dataset, r.seed) for r in records}
-        tasks = [t for t in tasks if (t.sampler.label, _name_of(t), t.seed) not in kept]
-        if records:
-            say(f"surrotune bench: resuming: {len(records)} runs kept, {len(tasks)} to run")
-    interrupted = False
-    with (out / "runs.jsonl").open("w") as sink:
-        for record in records:
-            sink.write(record.to_json() + "\n")
-
-        def done(record: RunRecord) -> None:
-            records.append(record)
-            sink.write(record.to_json() + "\n")
-            sink.flush()
-            say(_progress_line(len(records), len(all_tasks), record, summaries))
-
-        try:
-            _execute(tasks, jobs or os.cpu_count() or 1, done)
-        except KeyboardInterrupt:
-            interrupted = True
-            say("surrotune bench: interrupted; reporting the runs that finished")
-    order = {(t.sampler.label, _name_of(t), t.seed): i for i, t in enumerate(all_tasks)}
+    records, todo = resumed_runs(out, tasks, resume)
+    if records:
+        say(f"surrotune bench: resuming: {len(records)} runs kept, {len(todo)} to run")
+    interrupted = record_runs(
+        out, records, todo, jobs or os.cpu_count() or 1, say,
+        lambda record: _progress_line(len(records), len(tasks), record, summaries),
+    )  # fmt: skip
+    order = {(t.sampler.label, _name_of(t), t.seed): i for i, t in enumerate(tasks)}
     records.sort(key=lambda r: order.get((r.sampler, r.dataset, r.seed), len(order)))
     result = BenchResult(
         datasets=summaries,
@@ -638,6 +623,45 @@ def _resumable(path: Path, tasks: Sequence[RunSpec]) -> list[RunRecord]:
         if key in wanted and record.stop_reason != "error":
             kept[key[:3]] = record
     return list(kept.values())
+
+
+def resumed_runs(
+    out: Path, tasks: Sequence[RunSpec], resume: bool
+) -> tuple[list[RunRecord], list[RunSpec]]:
+    """With ``resume``, the records of ``out/runs.jsonl`` that answer one of ``tasks`` and the
+    tasks still to run; else nothing kept and every task."""
+    records = _resumable(out / "runs.jsonl", tasks) if resume else []
+    kept = {(r.sampler, r.dataset, r.seed) for r in records}
+    return records, [t for t in tasks if (t.sampler.label, _name_of(t), t.seed) not in kept]
+
+
+def record_runs(
+    out: Path,
+    records: list[RunRecord],
+    todo: Sequence[RunSpec],
+    jobs: int,
+    say: Callable[[str], None],
+    progress: Callable[[RunRecord], str],
+) -> bool:
+    """Run ``todo`` (``jobs`` at a time) after the kept ``records``, appending each record to
+    ``records`` and to ``out/runs.jsonl`` as it arrives (the file is rewritten with the kept ones
+    first) and saying ``progress(record)``; whether Ctrl-C interrupted it."""
+    with (out / "runs.jsonl").open("w") as sink:
+        for record in records:
+            sink.write(record.to_json() + "\n")
+
+        def done(record: RunRecord) -> None:
+            records.append(record)
+            sink.write(record.to_json() + "\n")
+            sink.flush()
+            say(progress(record))
+
+        try:
+            _execute(todo, jobs, done)
+        except KeyboardInterrupt:
+            say("surrotune bench: interrupted; reporting the runs that finished")
+            return True
+    return False
 
 
 def _execute(tasks: Sequence[RunSpec], jobs: int, done: Callable[[RunRecord], None]) -> None:

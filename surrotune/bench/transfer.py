@@ -40,10 +40,10 @@ from surrotune.bench.harness import (
     RunRecord,
     RunSpec,
     SamplerSpec,
-    _execute,
-    _resumable,
     dataset_name,
     prepare_dataset,
+    record_runs,
+    resumed_runs,
 )
 
 __all__ = [
@@ -174,31 +174,14 @@ def run_transfer_bench(
     _fit_sources(to_fit, source_budget, jobs)
     tasks = _tasks(chosen, bundles, methods, seed_list, budget, time_limit_s, transfer_mode,
                    enqueue_top)  # fmt: skip
-    records: list[RunRecord] = _resumable(out / "runs.jsonl", tasks) if resume else []
-    kept = {(r.sampler, r.dataset, r.seed) for r in records}
-    todo = [
-        t
-        for t in tasks
-        if (t.sampler.label, dataset_name(Path(t.dataset_path)), t.seed) not in kept
-    ]
-    with (out / "runs.jsonl").open("w") as sink:
-        for record in records:
-            sink.write(record.to_json() + "\n")
+    records, todo = resumed_runs(out, tasks, resume)
 
-        def done(record: RunRecord) -> None:
-            records.append(record)
-            sink.write(record.to_json() + "\n")
-            sink.flush()
-            say(f"[{len(records)}/{len(tasks)}] {record.sampler} on {record.dataset} seed "
+    def progress(record: RunRecord) -> str:
+        return (f"[{len(records)}/{len(tasks)}] {record.sampler} on {record.dataset} seed "
                 f"{record.seed}: {record.evaluations} evaluations, {record.wall_s:.1f} s"
                 + (f" [{record.note}]" if record.note else ""))  # fmt: skip
 
-        interrupted = False
-        try:
-            _execute(todo, jobs, done)
-        except KeyboardInterrupt:
-            interrupted = True
-            say("surrotune bench: interrupted; reporting the runs that finished")
+    interrupted = record_runs(out, records, todo, jobs, say, progress)
     summaries = {p.target: prepare_dataset(p.target)[3] for p in chosen}
     text = format_transfer(
         chosen, records, summaries, methods, budget, seed_list,
