@@ -325,7 +325,7 @@ def _counters(args: argparse.Namespace) -> int:
     from surrotune.backends.cuda import CudaBackend
     from surrotune.backends.replay import DatasetError, load_dataset
     from surrotune.counters.profiler import NcuProfiler
-    from surrotune.counters.record import check_pairing, profile_recording
+    from surrotune.counters.record import check_device, check_pairing, profile_recording
 
     if args.batch_size < 1:
         raise session.SetupError(f"--batch-size must be at least 1, got {args.batch_size}")
@@ -334,14 +334,14 @@ def _counters(args: argparse.Namespace) -> int:
         dataset = load_dataset(args.dataset)
     except DatasetError as exc:
         raise session.SetupError(str(exc)) from None
-    check_pairing(experiment, dataset, None)
+    check_pairing(experiment, dataset)
     if importlib.util.find_spec("cupy") is None:
         raise session.SetupError(
             f"{args.experiment}: surrotune counters profiles on a GPU: it needs CuPy and an "
             "NVIDIA GPU (pip install 'surrotune[cuda]') and Nsight Compute (ncu)"
         )
     with CudaBackend(experiment) as backend:
-        check_pairing(experiment, dataset, str(backend.device()["name"]))
+        check_device(dataset, str(backend.device()["name"]))
         profiler = NcuProfiler(backend, report_dir=args.output.parent / "ncu-reports")
         summary = profile_recording(
             args.dataset, args.output, profiler, batch_size=args.batch_size, limit=args.limit,

@@ -27,7 +27,14 @@ from surrotune.errors import SurrotuneError
 from surrotune.experiment import Experiment
 from surrotune.result import Result
 
-__all__ = ["CountersRecordError", "RecordSummary", "profile_recording", "write_like"]
+__all__ = [
+    "CountersRecordError",
+    "RecordSummary",
+    "check_device",
+    "check_pairing",
+    "profile_recording",
+    "write_like",
+]
 
 
 class CountersRecordError(SurrotuneError):
@@ -53,9 +60,9 @@ class RecordSummary:
         return text + (f" (last ncu error: {self.errors[-1]})" if self.errors else "")
 
 
-def check_pairing(experiment: Experiment, dataset: Dataset, device_name: str | None) -> None:
-    """Refuse a recording of other parameters, other sizes or another GPU: counters of one
-    configuration are only meaningful beside the time the recording holds for it."""
+def check_pairing(experiment: Experiment, dataset: Dataset) -> None:
+    """Refuse a recording of other parameters or other sizes: counters of one configuration
+    are only meaningful beside the time the recording holds for it."""
     where = f"{dataset.path}"
     if sorted(experiment.parameters) != sorted(dataset.parameters):
         raise CountersRecordError(
@@ -67,10 +74,14 @@ def check_pairing(experiment: Experiment, dataset: Dataset, device_name: str | N
     if differ:
         text = ", ".join(f"{k} = {a} (recording: {b})" for k, (a, b) in differ.items())
         raise CountersRecordError(f"{experiment.path}: [sizes] differ from {where}: {text}")
-    if device_name is not None and device_name != dataset.device_name:
+
+
+def check_device(dataset: Dataset, device_name: str) -> None:
+    """Refuse to profile a recording on another GPU than the one that recorded it."""
+    if device_name != dataset.device_name:
         raise CountersRecordError(
-            f"{where} was recorded on {dataset.device_name!r}; this GPU is {device_name!r}: "
-            "its counters would not explain the recorded times"
+            f"{dataset.path} was recorded on {dataset.device_name!r}; this GPU is "
+            f"{device_name!r}: its counters would not explain the recorded times"
         )
 
 

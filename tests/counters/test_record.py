@@ -14,6 +14,7 @@ from surrotune.cli import main
 from surrotune.counters.profiler import ProfileBatch
 from surrotune.counters.record import (
     CountersRecordError,
+    check_device,
     check_pairing,
     profile_recording,
     write_like,
@@ -95,17 +96,18 @@ def test_counters_off_stops_with_the_reason_and_keeps_what_was_profiled(
 def test_a_recording_of_another_kernel_size_or_gpu_is_refused(tmp_path: Path) -> None:
     experiment = load_experiment(GEMM)
     dataset = load_dataset(GEMM_H200)
-    check_pairing(experiment, dataset, "NVIDIA H200")  # the pair that belongs together
+    check_pairing(experiment, dataset)
+    check_device(dataset, "NVIDIA H200")  # the pair that belongs together
     with pytest.raises(CountersRecordError, match="this GPU is 'NVIDIA A100"):
-        check_pairing(experiment, dataset, "NVIDIA A100-SXM4-80GB")
+        check_device(dataset, "NVIDIA A100-SXM4-80GB")
     other_size = dataclasses.replace(dataset, problem_size={**dataset.problem_size, "K": 4096})
     with pytest.raises(
         CountersRecordError, match=r"\[sizes\] differ .*K = 2048 \(recording: 4096"
     ):
-        check_pairing(experiment, other_size, None)
+        check_pairing(experiment, other_size)
     reduction = load_dataset(REPO / "experiments" / "datasets" / "reduction_h200.json.gz")
     with pytest.raises(CountersRecordError, match="parameters"):
-        check_pairing(experiment, reduction, None)
+        check_pairing(experiment, reduction)
 
 
 def test_cli_refuses_a_mismatched_recording_with_exit_code_2(
