@@ -3,10 +3,11 @@
 #
 #   STATE=out/state bash benchmarks/record_h200.sh SECONDS JOB...
 #
-# Each JOB is GPU:KIND:NAME, run one after another per GPU, the GPUs in parallel, until
-# SECONDS have passed (each step gets what is left):
+# Each JOB is GPU:KIND:NAME[:SIZES:LABEL], run one after another per GPU, the GPUs in parallel,
+# until SECONDS have passed (each step gets what is left):
 #   GPU:record:NAME     surrotune run experiments/NAME.toml --sampler brute-force, journal
-#                       STATE/NAME.log (resumed when it exists)
+#                       STATE/NAME.log (resumed when it exists); with SIZES (M=1024,N=1024)
+#                       and LABEL (gemm_1024) at those sizes, as STATE/LABEL.log, study LABEL_h200
 #   GPU:counters:NAME   surrotune counters on experiments/datasets/NAME.json.gz, written to
 #                       STATE/NAME.json.gz (resumed when it exists)
 # Everything in STATE comes back as $OUT/state.tgz (the device returns at most 8 files):
@@ -24,13 +25,17 @@ run_gpu() {
   local gpu=$1; shift
   for job in "$@"; do
     local kind name secs
+    local sizes=() label
     kind=$(echo "$job" | cut -d: -f2); name=$(echo "$job" | cut -d: -f3)
+    label=$(echo "$job" | cut -d: -f5); label=${label:-$name}
+    for size in $(echo "$job" | cut -s -d: -f4 | tr , ' '); do sizes+=(--size "$size"); done
     secs=$(( $(left) - 40 )); [ "$secs" -lt 30 ] && break
     if [ "$kind" = record ]; then
       CUDA_VISIBLE_DEVICES=$gpu timeout $((secs + 30)) python3 -m surrotune run \
-        "experiments/$name.toml" --sampler brute-force --trials 1000000 --batch-size 64 \
-        --storage "$STATE/$name.log" --study "${name}_h200" --timeout "${secs}s" \
-        --sanitize none --remeasure 0 --save-model none --no-progress > "$STATE/$name.out" 2>&1
+        "experiments/$name.toml" "${sizes[@]}" --sampler brute-force --trials 1000000 \
+        --batch-size 64 --storage "$STATE/$label.log" --study "${label}_h200" \
+        --timeout "${secs}s" --sanitize none --remeasure 0 --save-model none --no-progress \
+        > "$STATE/$label.out" 2>&1
     else
       local source="experiments/datasets/$name.json.gz"
       CUDA_VISIBLE_DEVICES=$gpu timeout "$secs" python3 -m surrotune counters \

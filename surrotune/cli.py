@@ -54,6 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--backend", choices=("cuda", "replay"), help="evaluation backend")
     run.add_argument("--dataset", type=Path, help="recording to replay (.json/.json.gz)")
     run.add_argument("--batch-size", type=int, help="configurations evaluated together")
+    _add_size_argument(run)
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.add_argument(
         "--warm-start", action="append", default=[], type=Path, metavar="BUNDLE",
@@ -104,6 +105,7 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument("--sampler", choices=SAMPLERS, help="search strategy of this worker")
     worker.add_argument("--seed", type=int, help="sampler seed (default: none, fresh each time)")
     worker.add_argument("--batch-size", type=int, help="configurations evaluated together")
+    _add_size_argument(worker)
     worker.add_argument("--timeout", type=_duration, help="wall-clock limit of this worker")
     worker.add_argument("--no-progress", action="store_true", help="no progress bar")
     worker.add_argument(
@@ -134,6 +136,7 @@ def _parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     counters.add_argument("--batch-size", type=int, default=64, help="configurations per ncu run")
     counters.add_argument("--limit", type=int, help="profile at most this many now")
+    _add_size_argument(counters)
 
     bench_parser = commands.add_parser(
         "bench", help="compare samplers on recorded datasets (replay, many seeds)"
@@ -180,6 +183,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SurrotuneError as exc:
         print(f"surrotune: error: {exc}", file=sys.stderr)
         return 2
+
+
+def _add_size_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--size", action="append", default=[], type=_size, metavar="NAME=VALUE",
+        help="replace one of the experiment file's [sizes] (repeat for several): the same "
+        "kernel at another problem size",
+    )  # fmt: skip
+
+
+def _size(text: str) -> tuple[str, int | float]:
+    """``M=4096`` → ("M", 4096): a problem size given on the command line."""
+    name, sep, value = text.partition("=")
+    try:
+        number: int | float = int(value) if value.strip().lstrip("-").isdigit() else float(value)
+    except ValueError:
+        number = float("nan")
+    if not sep or not name.strip() or number != number:
+        raise argparse.ArgumentTypeError(f"expected NAME=NUMBER (e.g. M=4096), got {text!r}")
+    return name.strip(), number
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -278,6 +301,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "dataset": args.dataset.resolve() if args.dataset else None,
         "url": args.storage,
         "study": args.study,
+        "sizes": dict(args.size) if args.size else None,
     }
     return {k: v for k, v in given.items() if v is not None}
 
@@ -329,7 +353,7 @@ def _counters(args: argparse.Namespace) -> int:
 
     if args.batch_size < 1:
         raise session.SetupError(f"--batch-size must be at least 1, got {args.batch_size}")
-    experiment = load_experiment(args.experiment)
+    experiment = load_experiment(args.experiment, sizes=dict(args.size))
     try:
         dataset = load_dataset(args.dataset)
     except DatasetError as exc:

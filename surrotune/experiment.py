@@ -480,8 +480,16 @@ def _parse_duration_key(
         raise reader.fail(f"evaluation.{key}", str(exc)) from None
 
 
-def load_experiment(path: str | Path) -> Experiment:
-    """Read and validate an experiment file. Raises :class:`ExperimentError`."""
+def load_experiment(
+    path: str | Path, *, sizes: Mapping[str, int | float] | None = None
+) -> Experiment:
+    """Read and validate an experiment file. Raises :class:`ExperimentError`.
+
+    ``sizes``: problem sizes that replace the file's (``surrotune run --size M=4096``), so that
+    one experiment file tunes the same kernel at every size it is used at; each must be a size
+    the file names.
+    """
+    size_overrides = dict(sizes or {})
     path = Path(path).resolve()
     reader = _Reader(path)
     if not path.is_file():
@@ -537,6 +545,15 @@ def load_experiment(path: str | Path) -> Experiment:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise reader.fail(f"sizes.{name}", f"expected a number, got {value!r}")
     sizes: dict[str, int | float] = dict(sizes_t)
+    for name, value in size_overrides.items():
+        if name not in sizes:
+            known = ", ".join(sizes) or "none"
+            raise ExperimentError(
+                path,
+                f"sizes.{name}",
+                f"--size {name}: the file has no such size (its sizes: {known})",
+            )
+        sizes[name] = value
 
     # -- parameters
     params_t = data.get("parameters", {})

@@ -216,6 +216,25 @@ def _dataset_experiment(dataset_path: Path, overrides: Mapping[str, Any]) -> Exp
     )
 
 
+def _check_recorded_sizes(experiment: Experiment, dataset: Dataset) -> None:
+    """A replay answers with the recording's times: at other problem sizes than the
+    experiment's (``--size``, or another file's), it would report them as this size's."""
+    recorded = dataset.problem_size if isinstance(dataset.problem_size, Mapping) else {}
+    differ = {
+        name: (value, recorded[name])
+        for name, value in experiment.sizes.items()
+        if name in recorded and recorded[name] != value
+    }
+    if differ:
+        said = ", ".join(
+            f"{n} = {mine} (recorded: {theirs})" for n, (mine, theirs) in differ.items()
+        )
+        raise SetupError(
+            f"{dataset.path}: recorded at other problem sizes than the experiment's: {said}; "
+            "replay the recording made at these sizes"
+        )
+
+
 def prepare(
     experiment_path: Path | None,
     overrides: Mapping[str, Any] | None = None,
@@ -234,7 +253,10 @@ def prepare(
     study's bundle (``"auto"``: beside the storage; None: nowhere; a joining worker never does).
     """
     overrides = dict(overrides or {})
+    sizes = overrides.pop("sizes", None)
     if experiment_path is None:
+        if sizes:
+            raise SetupError("--size changes an experiment file's sizes: give the experiment file")
         dataset_path = overrides.get("dataset")
         if dataset_path is None:
             raise SetupError("no experiment file and no --dataset")
@@ -243,7 +265,7 @@ def prepare(
         overrides.setdefault("backend", "replay")
         experiment = _dataset_experiment(Path(dataset_path).resolve(), overrides)
     else:
-        experiment = load_experiment(experiment_path)
+        experiment = load_experiment(experiment_path, sizes=sizes)
     experiment = experiment.with_overrides(**overrides)
     evaluation = experiment.evaluation
 
@@ -255,6 +277,7 @@ def prepare(
             dataset = load_dataset(evaluation.dataset)
         except DatasetError as exc:
             raise SetupError(str(exc)) from None
+        _check_recorded_sizes(experiment, dataset)
     space = _make_space(experiment, dataset)
     direction = dataset.direction if dataset is not None else experiment.objective.direction
 

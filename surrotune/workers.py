@@ -376,6 +376,8 @@ def _worker_arguments(tuning: Tuning) -> list[str]:
     args: list[str] = []
     if exp.path.suffix == ".toml":  # else a bare recording (surrotune run --dataset)
         args.append(str(exp.path))
+        for name, value in exp.sizes.items():  # as given to run --size, or the file's own
+            args += ["--size", f"{name}={value}"]
     if exp.evaluation.dataset is not None:
         args += ["--dataset", str(exp.evaluation.dataset)]
     args += ["--storage", exp.storage.url, "--study", exp.storage.study]

@@ -18,6 +18,8 @@ from surrotune.storage import open_storage
 sys.path.insert(0, str(Path(__file__).parent))
 from test_runner import write_kt_cache
 
+REPO = Path(__file__).resolve().parents[1]
+
 
 def surrotune(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -163,3 +165,28 @@ def test_ctrl_c_in_a_real_process_keeps_trials_and_resumes(
     assert done.returncode == 0, done.stderr
     assert f"Evaluations: {n_before + 4} (4 in this run)" in done.stdout
     _ = os.environ
+
+
+def test_size_option_changes_the_problem_and_is_checked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gemm = REPO / "experiments" / "gemm.toml"
+    recording = REPO / "experiments" / "datasets" / "gemm_1024_h200.json.gz"
+    storage = tmp_path / "s.db"
+    common = ["--backend", "replay", "--storage", str(storage), "--no-progress", "--trials", "3"]
+    sizes = ["--size", "M=1024", "--size", "N=1024", "--size", "K=1024"]
+    assert main(["run", str(gemm), *sizes, "--dataset", str(recording), *common]) == 0
+    assert "the recording's optimum is 0.071744" in capsys.readouterr().out
+    # the 2048 recording at 1024: its times are not this size's
+    other = REPO / "experiments" / "datasets" / "gemm_h200.json.gz"
+    assert main(["run", str(gemm), *sizes, "--dataset", str(other), *common]) == 2
+    assert "M = 1024 (recorded: 2048)" in capsys.readouterr().err
+    assert main(["run", str(gemm), "--size", "Q=3", *common]) == 2
+    err = capsys.readouterr().err
+    assert "sizes.Q" in err and "its sizes: M, N, K" in err
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", str(gemm), "--size", "M=big"])
+    assert exit_.value.code == 2
+    assert "expected NAME=NUMBER" in capsys.readouterr().err
+    assert main(["run", "--dataset", str(recording), "--size", "M=2", *common[2:]]) == 2
+    assert "give the experiment file" in capsys.readouterr().err

@@ -117,6 +117,19 @@ def test_overrides_replace_settings(tmp_path: Path) -> None:
         exp.with_overrides(nonsense=1)
 
 
+def test_sizes_from_the_command_line_replace_the_file_s(tmp_path: Path) -> None:
+    exp = load_experiment(_write(tmp_path), sizes={"N": 1 << 20})
+    assert exp.sizes == {"N": 1 << 20}
+    assert exp.objective.value(1.0, exp.sizes) == pytest.approx(8.0 * (1 << 20) / 1e6)
+
+
+def test_a_size_the_file_does_not_have_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ExperimentError) as err:
+        load_experiment(_write(tmp_path), sizes={"M": 3})
+    assert err.value.key == "sizes.M"
+    assert "its sizes: N" in str(err.value)
+
+
 BAD_CASES = [
     # (description, old text, new text, key in message, words in message)
     (
