@@ -33,11 +33,24 @@ __all__ = ["NcuProfiler", "ProfileBatch", "counters_attrs"]
 @dataclass
 class ProfileBatch:
     """What one ncu run gave: counters per configuration (None where that one got none),
-    the wall time, and the error that stopped it ('' when none)."""
+    the wall time, and the error that stopped it ('' when none).
+
+    ``stopped_at``: the configuration whose launch ended the run early (the target stops at a
+    failed launch: a sticky CUDA error ends its context), or None. The ones after it were
+    never launched; a caller profiles them again in another run, so one configuration that
+    cannot run under ncu costs itself, not the rest of its batch.
+    """
 
     counters: list[dict[str, float] | None] = field(default_factory=list)
     seconds: float = 0.0
     error: str = ""
+    stopped_at: int | None = None
+
+    def not_launched(self) -> list[int]:
+        """The configurations after :attr:`stopped_at`: never launched, so never tried."""
+        if self.stopped_at is None:
+            return []
+        return list(range(self.stopped_at + 1, len(self.counters)))
 
     @property
     def profiled(self) -> int:
@@ -119,7 +132,11 @@ class NcuProfiler:
         for position, launch in zip(index, launches, strict=False):
             batch.counters[position] = counters_from_metrics(launch.metrics)
         if len(launches) < len(jobs):
-            batch.error = f"ncu profiled {len(launches)} of {len(jobs)} launches"
+            batch.stopped_at = index[len(launches)]
+            batch.error = (
+                f"ncu profiled {len(launches)} of {len(jobs)} launches: the launch of "
+                f"{_describe(configs[batch.stopped_at])} failed under ncu"
+            )
         return batch
 
     def _keep(self, output: str, text: str) -> None:
@@ -129,6 +146,10 @@ class NcuProfiler:
         stem = self.report_dir / f"ncu-batch-{self.batches}"
         stem.with_suffix(".csv").write_text(text)
         stem.with_suffix(".log").write_text(output)
+
+
+def _describe(config: Mapping[str, ParamValue]) -> str:
+    return " ".join(f"{name}={value}" for name, value in config.items())
 
 
 def counters_attrs(counters: Mapping[str, float]) -> dict[str, Any]:

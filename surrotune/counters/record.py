@@ -50,6 +50,8 @@ class RecordSummary:
     missing: int = 0
     seconds: float = 0.0
     errors: list[str] = dataclasses.field(default_factory=list)
+    #: configurations whose launch failed under ncu (each tried once in this call)
+    unlaunchable: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     def line(self) -> str:
         each = f", {self.seconds / self.profiled:.2f} s each" if self.profiled else ""
@@ -57,6 +59,8 @@ class RecordSummary:
             f"counters: {self.profiled} configurations profiled in {self.seconds:.0f} s{each}; "
             f"{self.already} had counters already; {self.missing} ok ones have none"
         )
+        if self.unlaunchable:
+            text += f"; {len(self.unlaunchable)} of them failed to launch under ncu"
         return text + (f" (last ncu error: {self.errors[-1]})" if self.errors else "")
 
 
@@ -131,13 +135,16 @@ def profile_recording(
     if limit is not None:
         todo = todo[: max(limit, 0)]
     started = time.monotonic()
-    for first in range(0, len(todo), batch_size):
+    while todo:
         if profiler.disabled:
             raise CountersRecordError(profiler.disabled)
-        keys = todo[first : first + batch_size]
+        keys, todo = todo[:batch_size], todo[batch_size:]
         batch = profiler.profile([dict(results[k].config) for k in keys])
         if batch.error:
             summary.errors.append(batch.error)
+        if batch.stopped_at is not None:
+            summary.unlaunchable.append(dict(results[keys[batch.stopped_at]].config))
+        todo = [keys[i] for i in batch.not_launched()] + todo  # never tried: the next run's
         for key, counters in zip(keys, batch.counters, strict=True):
             if counters is not None:
                 results[key] = dataclasses.replace(results[key], counters=counters_attrs(counters))

@@ -77,6 +77,7 @@ def profile_study(
         spent += batch.seconds
         if batch.error:
             errors.append(batch.error)
+        choices = [chunk[i] for i in batch.not_launched()] + choices  # tried in the next run
         for choice, counters in zip(chunk, batch.counters, strict=True):
             if counters is None:
                 continue

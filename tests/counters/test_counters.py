@@ -264,9 +264,12 @@ def test_a_short_profile_keeps_the_launches_it_has(
     fake_launches: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("FAKE_NCU_MODE", "short")
-    batch = NcuProfiler(object(), executable=str(FAKE_NCU)).profile([{"x": 1}, {"x": 2}])  # type: ignore[arg-type]
-    assert batch.counters[0] is not None and batch.counters[1] is None
-    assert batch.error == "ncu profiled 1 of 2 launches"
+    profiler = NcuProfiler(object(), executable=str(FAKE_NCU))  # type: ignore[arg-type]
+    batch = profiler.profile([{"x": 1}, {"x": 2}, {"x": 3}])
+    assert batch.counters[0] is not None and batch.counters[1:] == [None, None]
+    # the run ended at the second launch: it is the suspect, the third was never tried
+    assert batch.stopped_at == 1 and batch.not_launched() == [2]
+    assert batch.error == "ncu profiled 1 of 3 launches: the launch of x=2 failed under ncu"
 
 
 def test_without_ncu_nothing_is_profiled(monkeypatch: pytest.MonkeyPatch) -> None:

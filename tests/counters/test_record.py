@@ -30,10 +30,16 @@ GEMM_H200 = REPO / "experiments" / "datasets" / "gemm_h200.json.gz"
 class StandIn:
     """Counters from the configuration itself; remembers what it was asked."""
 
-    def __init__(self, *, disable_after: int | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        disable_after: int | None = None,
+        unlaunchable: Mapping[str, ParamValue] | None = None,
+    ) -> None:
         self.disabled = ""
         self.asked: list[dict[str, ParamValue]] = []
         self.disable_after = disable_after
+        self.unlaunchable = dict(unlaunchable) if unlaunchable is not None else None
 
     def profile(self, configs: Sequence[Mapping[str, ParamValue]]) -> ProfileBatch:
         self.asked.extend(dict(c) for c in configs)
@@ -41,6 +47,13 @@ class StandIn:
             self.disabled = "counters are off: ERR_NVGPUCTRPERM (no permission)"
             return ProfileBatch([None] * len(configs), error=self.disabled)
         counters = [{"registers": float(c["TM"]) * 10, "sm_throughput": 50.0} for c in configs]
+        if self.unlaunchable in [dict(c) for c in configs]:  # as the ncu target stops there
+            at = [dict(c) for c in configs].index(self.unlaunchable)
+            return ProfileBatch(
+                [*counters[:at], *[None] * (len(configs) - at)],  # type: ignore[list-item]
+                error="ncu profiled fewer launches",
+                stopped_at=at,
+            )
         return ProfileBatch(counters, seconds=0.01 * len(configs))  # type: ignore[arg-type]
 
 
@@ -91,6 +104,22 @@ def test_counters_off_stops_with_the_reason_and_keeps_what_was_profiled(
         profile_recording(small, out, StandIn(disable_after=4), batch_size=4)
     kept = [r for r in load_dataset(out).results.values() if r.counters]
     assert len(kept) == 4  # the first batch, written before the second failed
+
+
+def test_a_configuration_that_cannot_launch_under_ncu_costs_only_itself(
+    small: Path, tmp_path: Path
+) -> None:
+    ok = [r for r in load_dataset(small).results.values() if r.ok]
+    out = tmp_path / "with_counters.json.gz"
+    bad = dict(ok[1].config)  # in the first batch of 4, with ones after it
+    profiler = StandIn(unlaunchable=bad)
+    summary = profile_recording(small, out, profiler, batch_size=4)
+    assert summary.unlaunchable == [bad]
+    assert summary.profiled == len(ok) - 1 and summary.missing == 1
+    assert profiler.asked.count(bad) == 1  # tried once, not again in this call
+    missing = [r.config for r in load_dataset(out).results.values() if r.ok and not r.counters]
+    assert missing == [bad]
+    assert "1 of them failed to launch under ncu" in summary.line()
 
 
 def test_a_recording_of_another_kernel_size_or_gpu_is_refused(tmp_path: Path) -> None:

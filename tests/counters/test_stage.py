@@ -88,6 +88,31 @@ def test_the_budget_bounds_what_is_profiled_after_the_first_batch(study: optuna.
     assert len(profiled_counters(target)) == FIRST_BATCH + 1
 
 
+class StopsAtSecond(FakeProfiler):
+    """The ncu target stops at the first batch's second launch, as after a failed launch."""
+
+    def profile(self, configs: list[dict[str, ParamValue]]) -> ProfileBatch:
+        batch = super().profile(configs)
+        if len(self.batches) == 1 and len(configs) > 2:
+            batch.counters[1:] = [None] * (len(configs) - 1)
+            batch.stopped_at, batch.error = 1, "ncu profiled 1 of 4 launches"
+        return batch
+
+
+def test_a_launch_that_fails_under_ncu_costs_that_configuration_only(
+    study: optuna.Study,
+) -> None:
+    target = _copy(study)
+    profiler = StopsAtSecond(cost=1.0)
+    profile_study(target, profiler, CountersPolicy(mode="elite", elite=5), run_wall_s=1000.0)
+    best = sorted((t for t in target.trials if t.value is not None), key=lambda t: t.value)[:5]
+    # the 2nd best stopped the first run; the 3rd and 4th went into the next run with the 5th
+    assert profiler.batches == [FIRST_BATCH, 3]
+    assert sorted(profiled_counters(target)) == sorted(
+        t.number for i, t in enumerate(best) if i != 1
+    )
+
+
 def test_counters_off_is_said_once_and_nothing_is_stored(study: optuna.Study) -> None:
     target = _copy(study)
     profiler = FakeProfiler(disabled="counters are off: this user may not read the counters")
