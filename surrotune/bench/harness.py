@@ -52,6 +52,7 @@ from surrotune.runner import Runner, is_measurement
 from surrotune.sampling import SpaceLike, make_sampler
 from surrotune.space import RecordedSpace, SearchSpace
 from surrotune.surrogate.counter_model import COUNTER_TARGETS
+from surrotune.surrogate.geometry import launch_shape_of_recording
 
 __all__ = [
     "ABLATIONS",
@@ -293,6 +294,17 @@ def _make(spec: SamplerSpec, space: SpaceLike, *, seed: int) -> optuna.samplers.
     return sampler
 
 
+def with_launch_shape(
+    sampler: optuna.samplers.BaseSampler, dataset: Dataset
+) -> optuna.samplers.BaseSampler:
+    """The sampler, reading the recording's launch geometry where it learns from it (the
+    surrogate sampler, on a recording whose experiment file is at hand), as a user's run of
+    the same experiment would."""
+    if hasattr(sampler, "launch_shape"):
+        sampler.launch_shape = launch_shape_of_recording(dataset)
+    return sampler
+
+
 # ---------------------------------------------------------------------------- one run
 
 
@@ -409,7 +421,7 @@ def run_one(spec: RunSpec) -> RunRecord:
 def _run_optuna(spec: RunSpec, dataset: Dataset, space: SpaceLike, base: RunRecord) -> RunRecord:
     study = optuna.create_study(
         storage=optuna.storages.InMemoryStorage(),
-        sampler=_make(spec.sampler, space, seed=spec.seed),
+        sampler=with_launch_shape(_make(spec.sampler, space, seed=spec.seed), dataset),
         direction=dataset.direction,
         study_name=f"bench-{base.dataset}-{base.sampler}-{spec.seed}",
     )

@@ -97,16 +97,17 @@ def build_source_bundle(path: str | Path, out: Path, *, budget: int | None, seed
 
         from surrotune.analysis.export import study_results
         from surrotune.backends.replay import ReplayBackend
-        from surrotune.bench.harness import _quiet_optuna
+        from surrotune.bench.harness import _quiet_optuna, with_launch_shape
         from surrotune.runner import Runner
         from surrotune.sampling import make_sampler
         from surrotune.surrogate.bundle import describe_device
+        from surrotune.surrogate.geometry import launch_shape_of_recording
 
         _quiet_optuna()
         dataset, space, _, _ = prepare_dataset(path)
         study = optuna.create_study(
             storage=optuna.storages.InMemoryStorage(),
-            sampler=make_sampler("surrogate", space, seed=seed),
+            sampler=with_launch_shape(make_sampler("surrogate", space, seed=seed), dataset),
             direction=dataset.direction,
         )
         Runner(study=study, space=space, backend=ReplayBackend(dataset), trials=budget,
@@ -123,6 +124,7 @@ def build_source_bundle(path: str | Path, out: Path, *, budget: int | None, seed
             problem_size=dataset.problem_size,
             source={"dataset": str(path), "run": f"surrogate, seed {seed}, {budget} evaluations"},
             seed=seed,
+            launch_shape=launch_shape_of_recording(dataset),
         )  # fmt: skip
     return bundle.save(out)
 

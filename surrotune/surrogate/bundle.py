@@ -39,7 +39,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,11 @@ from surrotune.errors import SurrotuneError
 from surrotune.result import ParamValue, Result, Status
 from surrotune.space import ENCODING_VERSION, SearchSpace
 from surrotune.surrogate.features import FEATURES_VERSION, make_features, positive_columns
+from surrotune.surrogate.geometry import (
+    LAUNCH_SHAPE_ATTR,
+    LaunchShape,
+    launch_shape_of_recording,
+)
 from surrotune.surrogate.performance import (
     PerformanceModel,
     apply_transform,
@@ -109,6 +114,9 @@ class Encoding:
     pair_columns: tuple[int, ...]
     encoding_version: int = ENCODING_VERSION
     features_version: int = FEATURES_VERSION
+    #: the launch grid and block at the sizes and SM count the models learned at (None: the
+    #: models see the parameters only); a warm start re-evaluates it at the target's
+    launch_shape: LaunchShape | None = None
 
     @classmethod
     def from_parameters(
@@ -163,7 +171,8 @@ class Encoding:
             encoded[:, k] = np.asarray(self.codes[k], dtype=np.float64)[index[:, k]]
             if all(isinstance(v, (bool, int, float)) for v in self.values[k]):
                 raw[:, k] = np.asarray(self.values[k], dtype=np.float64)[index[:, k]]
-        return make_features(encoded, raw, pair_columns=list(self.pair_columns))
+        extra = self.launch_shape.columns(frame) if self.launch_shape is not None else None
+        return make_features(encoded, raw, pair_columns=list(self.pair_columns), extra=extra)
 
     def mismatches(self, parameters: Mapping[str, Sequence[ParamValue]]) -> list[str]:
         """What keeps these parameters from being read by this encoding, one line each: names
@@ -197,6 +206,7 @@ class Encoding:
                 for n, v, c in zip(self.names, self.values, self.codes, strict=True)
             ],
             "pair_columns": list(self.pair_columns),
+            "launch_shape": self.launch_shape.to_json() if self.launch_shape else None,
         }
 
     @classmethod
@@ -209,6 +219,7 @@ class Encoding:
             pair_columns=tuple(int(c) for c in data.get("pair_columns", ())),
             encoding_version=int(data.get("encoding_version", ENCODING_VERSION)),
             features_version=int(data["features_version"]),
+            launch_shape=LaunchShape.from_json(data.get("launch_shape")),
         )
 
 
@@ -562,14 +573,16 @@ def fit_bundle(
     problem_size: Any,
     source: Mapping[str, Any],
     seed: int = 0,
+    launch_shape: LaunchShape | None = None,
 ) -> ModelBundle:
-    """Fit the models of a bundle on measured ``results`` of one search space.
+    """Fit the models of a bundle on measured ``results`` of one search space (with
+    ``launch_shape``, on the launch-geometry features too).
 
     The performance model is the sampler's own (:class:`PerformanceModel` with its defaults) on
     the transformed objective of the ``ok`` results; one :class:`FailureModel` per transferable
     failure kind. Results outside the parameter lists, and ``constraint`` ones, are left out.
     """
-    encoding = Encoding.from_parameters(parameters)
+    encoding = replace(Encoding.from_parameters(parameters), launch_shape=launch_shape)
     measured = [r for r in results if r.status.counts_as_evaluation]
     if not measured:
         raise BundleError("nothing was measured: a model needs measurements to learn from")
@@ -660,6 +673,9 @@ def bundle_from_study(study: Any, *, seed: int = 0) -> ModelBundle:
     parameters = described["parameters"]
     if isinstance(parameters, list):
         parameters = {str(n): v for n, v in parameters}
+    shape = LaunchShape.from_json(study.user_attrs.get(LAUNCH_SHAPE_ATTR))
+    if shape is not None and shape.sm_count is None and device.get("sm_count"):
+        shape = replace(shape, sm_count=int(device["sm_count"]))  # known once it ran
     return fit_bundle(
         results,
         parameters=parameters,
@@ -670,6 +686,7 @@ def bundle_from_study(study: Any, *, seed: int = 0) -> ModelBundle:
         problem_size=sizes,
         source=source,
         seed=seed,
+        launch_shape=shape,
     )
 
 
@@ -694,6 +711,7 @@ def bundle_from_dataset(path: str | Path, *, seed: int = 0) -> ModelBundle:
         problem_size=dataset.problem_size,
         source={"dataset": str(path)},
         seed=seed,
+        launch_shape=launch_shape_of_recording(dataset),
     )
 
 
@@ -787,6 +805,14 @@ def format_bundle(bundle: ModelBundle) -> str:
     )
     for name, values in zip(enc.names, enc.values, strict=True):
         lines.append(f"    {name}: {', '.join(map(str, values))}")
+    shape = enc.launch_shape
+    if shape is not None:
+        sms = f", {shape.sm_count} SMs (waves)" if shape.sm_count else ", no SM count (no waves)"
+        lines.append(
+            f"  launch geometry features: grid {' x '.join(shape.grid)}, block "
+            f"{' x '.join(shape.block)}, at {_size_text(dict(shape.sizes))}{sms}; read at the "
+            "target's sizes by a warm start"
+        )
     perf = bundle.performance
     lines.append(
         f"  performance model: {len(perf.boosters_)} XGBoost members x "

@@ -72,6 +72,7 @@ from surrotune.surrogate.features import (
     positive_columns,
     raw_values,
 )
+from surrotune.surrogate.geometry import LaunchShape
 from surrotune.surrogate.performance import (
     PerformanceModel,
     objective_transform,
@@ -175,6 +176,15 @@ class SurrogateSampler(BaseSampler):
             classifier (:mod:`surrotune.surrogate.counter_model`); with fewer, nothing changes.
             Off by default: see docs/BENCHMARKS.md, "Counter-informed sampler (issue 6)". Not
             used by a warm start's models.
+        launch_shape: the experiment's launch grid and block at its sizes (and the GPU's SM
+            count): blocks, threads per block, waves and the last wave's fill become features
+            (:mod:`surrotune.surrogate.geometry`), and a warm start's sources are read at these
+            sizes; their measured best configurations lead the design only where they were
+            measured at these sizes. Needs ``space``.
+        cap_quantile: where given, the transformed objective is capped at this quantile of the
+            measured values before the performance model is fitted, so that its trees spend
+            their splits on ranking the good configurations rather than on how slow the slow
+            ones are (the acquisition only cares about the good end).
         counter_targets: the counters learned (names of ``COUNTER_TARGETS``); default
             ``DEFAULT_TARGETS`` (occupancy, L2 hit rate, bank conflicts, registers, spills, the
             main stalls: not the throughputs, which restate the objective).
@@ -212,6 +222,8 @@ class SurrogateSampler(BaseSampler):
         n_warm_fill: int = 0,
         counter_features: bool = False,
         counter_targets: Sequence[str] | None = None,
+        cap_quantile: float | None = None,
+        launch_shape: LaunchShape | None = None,
     ) -> None:
         self._space = space
         self._is_feasible = is_feasible
@@ -241,6 +253,8 @@ class SurrogateSampler(BaseSampler):
         self.n_jobs = n_jobs
         self.counter_features = counter_features
         self.counter_targets = counter_targets
+        self.cap_quantile = cap_quantile
+        self.launch_shape = launch_shape
         self._table: _Table | None = None
         self._fit: _Fit | None = None
         self._trial_keys: dict[int, Any] = {}
@@ -453,7 +467,7 @@ class SurrogateSampler(BaseSampler):
         """The warm start's sources on every candidate, computed once per table."""
         assert self._warm is not None
         if self._warm_sources is None:
-            self._warm_sources = self._warm.sources(table.frame)
+            self._warm_sources = self._warm.sources(table.frame, self.launch_shape)
         return self._warm_sources
 
     def _warm_design(
@@ -495,7 +509,9 @@ class SurrogateSampler(BaseSampler):
         out = [s.take(np.maximum(rows, 0)) for s in self._sources(table)]
         missing = np.flatnonzero(rows < 0)
         if len(missing):
-            extra = self._warm.sources(table.frame_of([keys[i] for i in missing]))
+            extra = self._warm.sources(
+                table.frame_of([keys[i] for i in missing]), self.launch_shape
+            )
             out = [
                 Source(
                     s.bundle,
@@ -674,7 +690,10 @@ class SurrogateSampler(BaseSampler):
         ok = np.array([v is not None for v in obs.values])
         direction = "maximize" if study.direction == StudyDirection.MAXIMIZE else "minimize"
         values = np.array([v for v in obs.values if v is not None], dtype=np.float64)
-        return X, ok, direction, transform_objective(values, direction)
+        y = transform_objective(values, direction)
+        if self.cap_quantile is not None and len(y) >= 10:
+            y = np.minimum(y, np.quantile(y, self.cap_quantile))
+        return X, ok, direction, y
 
     def _counter_model(self, study: Study, obs: _Observed, X: np.ndarray) -> CounterModel | None:
         """Counter predictors fitted on the learned trials that carry counters; None while
@@ -802,6 +821,7 @@ class _Table:
         table.raw = raw_values(space, index)
         table.pair_cols = positive_columns(table.raw) if sampler.pairwise else []
         table.derive = sampler.derive
+        table.launch_shape = sampler.launch_shape
         table.features = table._features(table.encoded, table.raw, frame)
         allowed = np.ones(len(frame), dtype=bool)
         if sampler._is_feasible is not None:
@@ -811,7 +831,11 @@ class _Table:
         return table
 
     def _features(self, encoded: np.ndarray, raw: np.ndarray, frame: pd.DataFrame) -> np.ndarray:
-        extra = derive_columns(self.derive, frame) if self.derive is not None else None
+        parts = [derive_columns(self.derive, frame) if self.derive is not None else None]
+        if self.launch_shape is not None:
+            parts.append(self.launch_shape.columns(frame))
+        given = [p for p in parts if p is not None]
+        extra = np.concatenate(given, axis=1) if given else None
         return make_features(encoded, raw, pair_columns=self.pair_cols, extra=extra)
 
     def keys_of(self, index: np.ndarray) -> list[int]:

@@ -50,6 +50,7 @@ glues it to a study.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -61,6 +62,7 @@ import pandas as pd
 
 from surrotune.surrogate.bundle import BundleError, ModelBundle, load_bundle
 from surrotune.surrogate.diversity import min_distances
+from surrotune.surrogate.geometry import LaunchShape
 from surrotune.surrogate.performance import PerformanceModel
 
 __all__ = [
@@ -340,13 +342,30 @@ class Source:
         return float(np.std(self.mean)) or 1.0
 
     @classmethod
-    def on(cls, bundle: ModelBundle, frame: pd.DataFrame) -> Source:
+    def on(
+        cls, bundle: ModelBundle, frame: pd.DataFrame, target: LaunchShape | None = None
+    ) -> Source:
+        """The bundle's predictions for ``frame``; with the ``target``'s launch shape, at the
+        target's sizes and SM count, where the bundle learned launch geometry too. Its measured
+        best configurations rank first only where they were measured at the target's sizes."""
+        shape = bundle.encoding.launch_shape
+        resized = False
+        if shape is not None and target is not None:
+            at = shape.at(target.sizes, target.sm_count)
+            resized = dict(at.sizes) != dict(shape.sizes)
+            bundle = dataclasses.replace(
+                bundle, encoding=dataclasses.replace(bundle.encoding, launch_shape=at)
+            )
+        elif isinstance(bundle.problem_size, Mapping) and target is not None:
+            resized = dict(bundle.problem_size) != dict(target.sizes)
         names = list(bundle.encoding.names)
-        ranks = {tuple(e["config"][n] for n in names): k for k, e in enumerate(bundle.top)}
-        top = np.array(
-            [ranks.get(tuple(row), np.inf) for row in frame[names].itertuples(index=False)],
-            dtype=np.float64,
-        )
+        top = None
+        if not resized:
+            ranks = {tuple(e["config"][n] for n in names): k for k, e in enumerate(bundle.top)}
+            top = np.array(
+                [ranks.get(tuple(row), np.inf) for row in frame[names].itertuples(index=False)],
+                dtype=np.float64,
+            )
         members = bundle.predict(frame, members=True)
         return cls(bundle, members, bundle.predict_failures(frame), top)
 
@@ -428,9 +447,10 @@ class WarmStart:
         for bundle in self.bundles:
             check_bundle(bundle, parameters)
 
-    def sources(self, frame: pd.DataFrame) -> list[Source]:
-        """Every bundle's predictions on the configurations of ``frame``."""
-        return [Source.on(b, frame) for b in self.bundles]
+    def sources(self, frame: pd.DataFrame, target: LaunchShape | None = None) -> list[Source]:
+        """Every bundle's predictions on the configurations of ``frame`` (at the ``target``'s
+        sizes: :meth:`Source.on`)."""
+        return [Source.on(b, frame, target) for b in self.bundles]
 
     @property
     def design_length(self) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import optuna
 import pytest
 from optuna.trial import TrialState
@@ -208,3 +209,19 @@ def test_explore_share_takes_the_farthest_of_the_candidates_the_model_believes_i
         np.random.default_rng(0),
     )  # fmt: skip
     assert choice == 3
+
+
+def test_cap_quantile_flattens_the_slow_end_of_the_training_targets() -> None:
+    from surrotune.surrogate.sampler import _Observed
+
+    study = optuna.create_study()
+    obs = _Observed()
+    obs.values = [float(2**k) for k in range(12)] + [None]
+    obs.statuses = ["ok"] * 12 + ["resource"]
+    obs.features = [[float(k)] for k in range(13)]
+    _, ok, _, plain = SurrogateSampler(seed=0)._training_set(study, obs)
+    _, _, _, capped = SurrogateSampler(seed=0, cap_quantile=0.5)._training_set(study, obs)
+    assert ok.sum() == 12 and len(plain) == len(capped) == 12
+    cap = float(np.quantile(plain, 0.5))
+    assert np.allclose(capped, np.minimum(plain, cap))  # the fast half keeps its ranking
+    assert capped[:6].tolist() == plain[:6].tolist() and (capped[6:] == cap).all()
