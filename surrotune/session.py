@@ -342,7 +342,8 @@ def prepare(
     shape = _launch_shape(experiment, dataset)
     if shape is not None and hasattr(sampler, "launch_shape"):
         sampler.launch_shape = shape  # type: ignore[attr-defined]
-        study.set_user_attr(LAUNCH_SHAPE_ATTR, shape.to_json())
+        if getattr(sampler, "launch_features", False):  # the study's bundle learns them too
+            study.set_user_attr(LAUNCH_SHAPE_ATTR, shape.to_json())
     if join:
         budget = study.user_attrs.get(BUDGET_ATTR)
         if isinstance(budget, int) and budget > 0:

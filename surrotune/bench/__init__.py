@@ -79,6 +79,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --warm-start: how the source model enters the target's (default %(default)s)",
     )  # fmt: skip
     parser.add_argument(
+        "--launch-features", action="store_true",
+        help="with --warm-start: the source runs, their models and every surrogate run learn "
+        "the launch geometry (blocks, waves) of recordings whose experiment file is at hand",
+    )  # fmt: skip
+    parser.add_argument(
         "--samplers", default=_DEFAULT_SAMPLERS,
         help="comma-separated: random, tpe, tpe-multivariate, gp, surrogate, brute-force, "
         "kt:<strategy> "
@@ -168,6 +173,7 @@ def _run_transfer(args: argparse.Namespace) -> int:
         command=_command_line(),
         plots=not args.no_plots,
         resume=args.resume,
+        launch_features=args.launch_features,
     )
     print(text)
     print(f"\nwrote {args.output / 'transfer.md'}, {args.output / 'runs.jsonl'}")

@@ -92,6 +92,9 @@ VARIANTS: dict[str, tuple[str, tuple[tuple[str, Any], ...]]] = {
         "surrogate",
         (("attrs", (("counter_features", True), ("counter_targets", tuple(COUNTER_TARGETS)))),),
     ),
+    # launch-geometry features, on recordings whose experiment file is at hand (measured:
+    # docs/BENCHMARKS.md, "Launch geometry")
+    "surrogate-geometry": ("surrogate", (("attrs", (("launch_features", True),)),)),
 }
 
 
@@ -300,7 +303,7 @@ def with_launch_shape(
     """The sampler, reading the recording's launch geometry where it learns from it (the
     surrogate sampler, on a recording whose experiment file is at hand), as a user's run of
     the same experiment would."""
-    if hasattr(sampler, "launch_shape"):
+    if getattr(sampler, "launch_features", False):
         sampler.launch_shape = launch_shape_of_recording(dataset)
     return sampler
 

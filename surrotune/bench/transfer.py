@@ -85,13 +85,21 @@ class Pair:
         }[method]
 
 
-def build_source_bundle(path: str | Path, out: Path, *, budget: int | None, seed: int = 0) -> Path:
+def build_source_bundle(
+    path: str | Path,
+    out: Path,
+    *,
+    budget: int | None,
+    seed: int = 0,
+    launch_features: bool = False,
+) -> Path:
     """The source's bundle, written to ``out``: fitted on a surrogate run of ``budget``
-    evaluations on the recording (None: on the whole recording)."""
+    evaluations on the recording (None: on the whole recording); with ``launch_features``, the
+    source run and its models use the launch geometry."""
     from surrotune.surrogate.bundle import bundle_from_dataset, fit_bundle
 
     if budget is None:
-        bundle = bundle_from_dataset(path, seed=seed)
+        bundle = bundle_from_dataset(path, seed=seed, launch_features=launch_features)
     else:
         import optuna
 
@@ -105,9 +113,11 @@ def build_source_bundle(path: str | Path, out: Path, *, budget: int | None, seed
 
         _quiet_optuna()
         dataset, space, _, _ = prepare_dataset(path)
+        sampler = make_sampler("surrogate", space, seed=seed)
+        sampler.launch_features = launch_features  # type: ignore[attr-defined]
         study = optuna.create_study(
             storage=optuna.storages.InMemoryStorage(),
-            sampler=with_launch_shape(make_sampler("surrogate", space, seed=seed), dataset),
+            sampler=with_launch_shape(sampler, dataset),
             direction=dataset.direction,
         )
         Runner(study=study, space=space, backend=ReplayBackend(dataset), trials=budget,
@@ -124,7 +134,7 @@ def build_source_bundle(path: str | Path, out: Path, *, budget: int | None, seed
             problem_size=dataset.problem_size,
             source={"dataset": str(path), "run": f"surrogate, seed {seed}, {budget} evaluations"},
             seed=seed,
-            launch_shape=launch_shape_of_recording(dataset),
+            launch_shape=launch_shape_of_recording(dataset) if launch_features else None,
         )  # fmt: skip
     return bundle.save(out)
 
@@ -145,9 +155,12 @@ def run_transfer_bench(
     log: Callable[[str], None] | None = None,
     plots: bool = True,
     resume: bool = False,
+    launch_features: bool = False,
 ) -> tuple[str, list[RunRecord]]:
     """Run every pair's methods over the seeds; write ``runs.jsonl``, ``transfer.md`` (and the
-    plots) into ``out_dir``; return the markdown and the records."""
+    plots) into ``out_dir``; return the markdown and the records. ``launch_features``: the
+    source runs, their bundles and every surrogate run use the launch geometry
+    (:mod:`surrotune.surrogate.geometry`)."""
     say = log or (lambda line: print(line, file=sys.stderr, flush=True))
     unknown = sorted(set(methods) - set(METHODS))
     if unknown:
@@ -168,14 +181,15 @@ def run_transfer_bench(
     for source in dict.fromkeys(p.source for p in chosen):
         name = dataset_name(Path(source)).replace("/", "_")
         what = "full" if source_budget is None else f"run{source_budget}"
+        what += ".geometry" if launch_features else ""
         path = out / "models" / f"{name}.{what}.json.gz"
         if not (resume and path.is_file()):
             say(f"surrotune bench: fitting the model of {source} ({what})")
             to_fit.append((source, path))
         bundles[source] = path
-    _fit_sources(to_fit, source_budget, jobs)
+    _fit_sources(to_fit, source_budget, jobs, launch_features)
     tasks = _tasks(chosen, bundles, methods, seed_list, budget, time_limit_s, transfer_mode,
-                   enqueue_top)  # fmt: skip
+                   enqueue_top, launch_features)  # fmt: skip
     records, todo = resumed_runs(out, tasks, resume)
 
     def progress(record: RunRecord) -> str:
@@ -210,7 +224,9 @@ def run_transfer_bench(
     return text, records
 
 
-def _fit_sources(to_fit: Sequence[tuple[str, Path]], budget: int | None, jobs: int) -> None:
+def _fit_sources(
+    to_fit: Sequence[tuple[str, Path]], budget: int | None, jobs: int, launch_features: bool
+) -> None:
     """Fit the source bundles in spawned processes, never in this one: XGBoost's OpenMP
     threads in the parent hang the runs' workers that :func:`_execute` then forks from it."""
     if not to_fit:
@@ -221,7 +237,8 @@ def _fit_sources(to_fit: Sequence[tuple[str, Path]], budget: int | None, jobs: i
     context = multiprocessing.get_context("spawn")
     workers = max(1, min(jobs, len(to_fit)))
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        futures = [pool.submit(build_source_bundle, source, path, budget=budget)
+        futures = [pool.submit(build_source_bundle, source, path, budget=budget,
+                               launch_features=launch_features)
                    for source, path in to_fit]  # fmt: skip
         for future in futures:
             future.result()
@@ -236,22 +253,27 @@ def _tasks(
     time_limit_s: float,
     mode: str,
     top: int,
+    launch_features: bool = False,
 ) -> list[RunSpec]:
     specs: dict[tuple[str, str], SamplerSpec] = {}
+    geometry: tuple[tuple[str, Any], ...] = (
+        (("attrs", (("launch_features", True),)),) if launch_features else ()
+    )
     for pair in pairs:
         bundle = str(bundles[pair.source])
         for method in methods:
             label = pair.label(method)
             if method == "cold":
-                spec = SamplerSpec("surrogate", label)
+                spec = SamplerSpec("surrogate", label, geometry)
             elif method == "warm":
                 options: tuple[tuple[str, Any], ...] = (("warm_start", (bundle,)),)
                 if mode != "prior":
                     options += (("transfer_mode", mode),)
-                spec = SamplerSpec("surrogate", label, options)
+                spec = SamplerSpec("surrogate", label, options + geometry)
+            elif method == "enqueue-tpe":
+                spec = SamplerSpec("tpe", label, (("enqueue", (bundle, top)),))
             else:
-                name = "tpe" if method == "enqueue-tpe" else "surrogate"
-                spec = SamplerSpec(name, label, (("enqueue", (bundle, top)),))
+                spec = SamplerSpec("surrogate", label, (("enqueue", (bundle, top)), *geometry))
             specs[(pair.target, label)] = spec
     return [
         RunSpec(target, spec, seed, budget, time_limit_s, 1)

@@ -690,8 +690,11 @@ def bundle_from_study(study: Any, *, seed: int = 0) -> ModelBundle:
     )
 
 
-def bundle_from_dataset(path: str | Path, *, seed: int = 0) -> ModelBundle:
-    """The bundle of a whole brute-force recording: every configuration it measured."""
+def bundle_from_dataset(
+    path: str | Path, *, seed: int = 0, launch_features: bool = False
+) -> ModelBundle:
+    """The bundle of a whole brute-force recording: every configuration it measured (with
+    ``launch_features``, its models learn the launch geometry too)."""
     from surrotune.backends.replay import load_dataset
 
     dataset = load_dataset(path)
@@ -711,7 +714,7 @@ def bundle_from_dataset(path: str | Path, *, seed: int = 0) -> ModelBundle:
         problem_size=dataset.problem_size,
         source={"dataset": str(path)},
         seed=seed,
-        launch_shape=launch_shape_of_recording(dataset),
+        launch_shape=launch_shape_of_recording(dataset) if launch_features else None,
     )
 
 

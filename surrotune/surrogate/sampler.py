@@ -177,10 +177,13 @@ class SurrogateSampler(BaseSampler):
             Off by default: see docs/BENCHMARKS.md, "Counter-informed sampler (issue 6)". Not
             used by a warm start's models.
         launch_shape: the experiment's launch grid and block at its sizes (and the GPU's SM
-            count): blocks, threads per block, waves and the last wave's fill become features
-            (:mod:`surrotune.surrogate.geometry`), and a warm start's sources are read at these
-            sizes; their measured best configurations lead the design only where they were
-            measured at these sizes. Needs ``space``.
+            count), which ``surrotune run`` and ``surrotune bench`` pass ...
+        launch_features: ... and, where True, blocks, threads per block, waves and the last
+            wave's fill become features (:mod:`surrotune.surrogate.geometry`), and a warm
+            start's sources are read at these sizes, their measured best configurations leading
+            the design only where they were measured at these sizes. Off by default: measured
+            in docs/BENCHMARKS.md ("Launch geometry"), it helped at one GEMM size and not at the
+            other. Needs ``space``.
         cap_quantile: where given, the transformed objective is capped at this quantile of the
             measured values before the performance model is fitted, so that its trees spend
             their splits on ranking the good configurations rather than on how slow the slow
@@ -224,6 +227,7 @@ class SurrogateSampler(BaseSampler):
         counter_targets: Sequence[str] | None = None,
         cap_quantile: float | None = None,
         launch_shape: LaunchShape | None = None,
+        launch_features: bool = False,
     ) -> None:
         self._space = space
         self._is_feasible = is_feasible
@@ -255,6 +259,7 @@ class SurrogateSampler(BaseSampler):
         self.counter_targets = counter_targets
         self.cap_quantile = cap_quantile
         self.launch_shape = launch_shape
+        self.launch_features = launch_features
         self._table: _Table | None = None
         self._fit: _Fit | None = None
         self._trial_keys: dict[int, Any] = {}
@@ -380,6 +385,9 @@ class SurrogateSampler(BaseSampler):
         differing = (candidates[:, None, :] != elite_index[None, :, :]).sum(axis=2)
         return (differing == 1).any(axis=1)
 
+    def _launch_target(self) -> LaunchShape | None:
+        return self.launch_shape if self.launch_features else None
+
     def _table_for(self, space: SearchSpace) -> _Table:
         if self._table is None or self._table.space is not space:
             self._table = _Table.build(space, self, np.random.default_rng(self._seed))
@@ -467,7 +475,7 @@ class SurrogateSampler(BaseSampler):
         """The warm start's sources on every candidate, computed once per table."""
         assert self._warm is not None
         if self._warm_sources is None:
-            self._warm_sources = self._warm.sources(table.frame, self.launch_shape)
+            self._warm_sources = self._warm.sources(table.frame, self._launch_target())
         return self._warm_sources
 
     def _warm_design(
@@ -510,7 +518,7 @@ class SurrogateSampler(BaseSampler):
         missing = np.flatnonzero(rows < 0)
         if len(missing):
             extra = self._warm.sources(
-                table.frame_of([keys[i] for i in missing]), self.launch_shape
+                table.frame_of([keys[i] for i in missing]), self._launch_target()
             )
             out = [
                 Source(
@@ -821,7 +829,7 @@ class _Table:
         table.raw = raw_values(space, index)
         table.pair_cols = positive_columns(table.raw) if sampler.pairwise else []
         table.derive = sampler.derive
-        table.launch_shape = sampler.launch_shape
+        table.launch_shape = sampler.launch_shape if sampler.launch_features else None
         table.features = table._features(table.encoded, table.raw, frame)
         allowed = np.ones(len(frame), dtype=bool)
         if sampler._is_feasible is not None:

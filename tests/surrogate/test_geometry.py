@@ -76,14 +76,19 @@ def test_the_sampler_s_features_carry_the_geometry() -> None:
     space = SearchSpace(dataset.parameters, dataset.constraints, dataset.problem_size)
     plain = _Table.build(space, SurrogateSampler(space=space, seed=0), np.random.default_rng(0))
     shape = launch_shape_of_recording(dataset)
-    sampler = SurrogateSampler(space=space, seed=0, launch_shape=shape)
+    off = SurrogateSampler(space=space, seed=0, launch_shape=shape)  # known, not used: default
+    assert _Table.build(space, off, np.random.default_rng(0)).features.shape == (
+        plain.features.shape
+    )
+    sampler = SurrogateSampler(space=space, seed=0, launch_shape=shape, launch_features=True)
     table = _Table.build(space, sampler, np.random.default_rng(0))
     assert table.features.shape[1] == plain.features.shape[1] + 4
     assert np.allclose(table.features[:, -4:], shape.columns(table.frame), rtol=1e-6)
 
 
 def test_a_bundle_keeps_its_geometry_and_is_read_at_the_target_s_sizes(tmp_path: Path) -> None:
-    bundle = bundle_from_dataset(GEMM_2048)
+    assert bundle_from_dataset(GEMM_2048).encoding.launch_shape is None  # the default
+    bundle = bundle_from_dataset(GEMM_2048, launch_features=True)
     assert bundle.encoding.launch_shape is not None
     assert bundle.encoding.launch_shape.sizes == {"M": 2048, "N": 2048, "K": 2048}
     loaded = load_bundle(bundle.save(tmp_path / "gemm.json"))
@@ -97,3 +102,23 @@ def test_a_bundle_keeps_its_geometry_and_is_read_at_the_target_s_sizes(tmp_path:
     # at 1024³ the source's measurements at 2048³ do not lead, and its predictions change
     assert resized.top is None
     assert not np.allclose(resized.mean, same.mean)
+
+
+def test_the_transfer_bench_s_launch_features_reach_every_surrogate_run() -> None:
+    from surrotune.bench.harness import _make, with_launch_shape
+    from surrotune.bench.transfer import Pair, _tasks
+
+    pair = Pair(str(GEMM_2048), str(GEMM_1024))
+    bundles = {pair.source: Path("source.json.gz")}
+    methods = ["cold", "warm", "enqueue", "enqueue-tpe"]
+    plain = _tasks([pair], bundles, methods, [0], 10, 60.0, "prior", 10)
+    on = _tasks([pair], bundles, methods, [0], 10, 60.0, "prior", 10, launch_features=True)
+    geometry = ("attrs", (("launch_features", True),))
+    assert not any(geometry in t.sampler.options for t in plain)
+    assert [geometry in t.sampler.options for t in on] == [True, True, True, False]
+    dataset = load_dataset(GEMM_1024)
+    space = SearchSpace(dataset.parameters, dataset.constraints, dataset.problem_size)
+    cold = with_launch_shape(_make(on[0].sampler, space, seed=0), dataset)
+    assert cold.launch_features and cold.launch_shape == launch_shape_of_recording(dataset)
+    default = with_launch_shape(_make(plain[0].sampler, space, seed=0), dataset)
+    assert default.launch_shape is None
