@@ -475,7 +475,9 @@ class SurrogateSampler(BaseSampler):
         """The warm start's sources on every candidate, computed once per table."""
         assert self._warm is not None
         if self._warm_sources is None:
-            self._warm_sources = self._warm.sources(table.frame, self._launch_target())
+            self._warm_sources = self._warm.sources(
+                table.frame, self._launch_target(), table.space.sizes
+            )
         return self._warm_sources
 
     def _warm_design(
@@ -518,7 +520,9 @@ class SurrogateSampler(BaseSampler):
         missing = np.flatnonzero(rows < 0)
         if len(missing):
             extra = self._warm.sources(
-                table.frame_of([keys[i] for i in missing]), self._launch_target()
+                table.frame_of([keys[i] for i in missing]),
+                self._launch_target(),
+                table.space.sizes,
             )
             out = [
                 Source(

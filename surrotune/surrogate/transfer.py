@@ -343,11 +343,17 @@ class Source:
 
     @classmethod
     def on(
-        cls, bundle: ModelBundle, frame: pd.DataFrame, target: LaunchShape | None = None
+        cls,
+        bundle: ModelBundle,
+        frame: pd.DataFrame,
+        target: LaunchShape | None = None,
+        sizes: Mapping[str, Any] | None = None,
     ) -> Source:
         """The bundle's predictions for ``frame``; with the ``target``'s launch shape, at the
         target's sizes and SM count, where the bundle learned launch geometry too. Its measured
-        best configurations rank first only where they were measured at the target's sizes."""
+        best configurations rank first only where they were measured at the target's sizes
+        (``sizes``, or the target shape's): a measurement at another size is not one of this
+        size (measured: docs/BENCHMARKS.md, "Across problem sizes")."""
         shape = bundle.encoding.launch_shape
         resized = False
         if shape is not None and target is not None:
@@ -356,8 +362,9 @@ class Source:
             bundle = dataclasses.replace(
                 bundle, encoding=dataclasses.replace(bundle.encoding, launch_shape=at)
             )
-        elif isinstance(bundle.problem_size, Mapping) and target is not None:
-            resized = dict(bundle.problem_size) != dict(target.sizes)
+        elif isinstance(bundle.problem_size, Mapping) and bundle.problem_size:
+            wanted = sizes if sizes else (target.sizes if target is not None else None)
+            resized = bool(wanted) and dict(bundle.problem_size) != dict(wanted or {})
         names = list(bundle.encoding.names)
         top = None
         if not resized:
@@ -447,10 +454,15 @@ class WarmStart:
         for bundle in self.bundles:
             check_bundle(bundle, parameters)
 
-    def sources(self, frame: pd.DataFrame, target: LaunchShape | None = None) -> list[Source]:
+    def sources(
+        self,
+        frame: pd.DataFrame,
+        target: LaunchShape | None = None,
+        sizes: Mapping[str, Any] | None = None,
+    ) -> list[Source]:
         """Every bundle's predictions on the configurations of ``frame`` (at the ``target``'s
-        sizes: :meth:`Source.on`)."""
-        return [Source.on(b, frame, target) for b in self.bundles]
+        launch shape and ``sizes``: :meth:`Source.on`)."""
+        return [Source.on(b, frame, target, sizes) for b in self.bundles]
 
     @property
     def design_length(self) -> int:

@@ -122,3 +122,14 @@ def test_the_transfer_bench_s_launch_features_reach_every_surrogate_run() -> Non
     assert cold.launch_features and cold.launch_shape == launch_shape_of_recording(dataset)
     default = with_launch_shape(_make(plain[0].sampler, space, seed=0), dataset)
     assert default.launch_shape is None
+
+
+def test_measurements_made_at_other_sizes_do_not_lead_the_design() -> None:
+    bundle = bundle_from_dataset(GEMM_2048)  # parameters only: no launch geometry
+    frame = pd.DataFrame([entry["config"] for entry in bundle.top])
+    here = Source.on(bundle, frame, None, {"M": 2048, "N": 2048, "K": 2048})
+    assert here.top is not None and np.isfinite(here.top).all()
+    elsewhere = Source.on(bundle, frame, None, {"M": 1024, "N": 1024, "K": 1024})
+    assert elsewhere.top is None
+    assert np.allclose(elsewhere.mean, here.mean)  # the predictions themselves do not move
+    assert Source.on(bundle, frame).top is not None  # nothing known of the target's sizes
