@@ -237,11 +237,10 @@ def _launch_shape(experiment: Experiment, dataset: Dataset | None) -> LaunchShap
 def _check_recorded_sizes(experiment: Experiment, dataset: Dataset) -> None:
     """A replay answers with the recording's times: at other problem sizes than the
     experiment's (``--size``, or another file's), it would report them as this size's."""
-    recorded = dataset.problem_size if isinstance(dataset.problem_size, Mapping) else {}
-    differ = {
-        name: (value, recorded[name])
-        for name, value in experiment.sizes.items()
-        if name in recorded and recorded[name] != value
+    differ = {  # a size the recording does not name (a Kernel Tuner cache's) is not checked
+        name: pair
+        for name, pair in dataset.size_differences(experiment.sizes).items()
+        if pair[1] is not None
     }
     if differ:
         said = ", ".join(

@@ -166,6 +166,14 @@ class Dataset:
         )
         object.__setattr__(self, "_labels", labels)
 
+    def size_differences(
+        self, sizes: Mapping[str, int | float]
+    ) -> dict[str, tuple[int | float, Any]]:
+        """``name -> (asked, recorded)`` for each of ``sizes`` the recording does not hold at
+        that value (recorded None: the recording names no such size)."""
+        recorded = self.problem_size if isinstance(self.problem_size, Mapping) else {}
+        return {k: (v, recorded.get(k)) for k, v in sizes.items() if recorded.get(k) != v}
+
     def key(self, config: Mapping[str, ParamValue]) -> str:
         """The ``results`` key of ``config``; names not among the parameters are ignored."""
         parts = []

@@ -73,8 +73,7 @@ def check_pairing(experiment: Experiment, dataset: Dataset) -> None:
             f"{where}: the recording's parameters {sorted(dataset.parameters)} are not the "
             f"experiment's {sorted(experiment.parameters)} ({experiment.path})"
         )
-    sizes = dataset.problem_size if isinstance(dataset.problem_size, Mapping) else {}
-    differ = {k: (v, sizes.get(k)) for k, v in experiment.sizes.items() if sizes.get(k) != v}
+    differ = dataset.size_differences(experiment.sizes)
     if differ:
         text = ", ".join(f"{k} = {a} (recording: {b})" for k, (a, b) in differ.items())
         raise CountersRecordError(f"{experiment.path}: [sizes] differ from {where}: {text}")
