@@ -40,12 +40,6 @@ from surrotune.runner import Runner, RunSummary, batches_ahead, read_study
 from surrotune.sampling import SpaceLike, make_sampler
 from surrotune.space import RecordedSpace, SearchSpace, SpaceError
 from surrotune.storage import StorageError, describe_storage, open_storage, storage_url
-from surrotune.surrogate.geometry import (
-    LAUNCH_SHAPE_ATTR,
-    LaunchShape,
-    launch_shape_of_experiment,
-    launch_shape_of_recording,
-)
 from surrotune.surrogate.rules import (
     FailureRule,
     learn_failure_rules,
@@ -222,18 +216,6 @@ def _dataset_experiment(dataset_path: Path, overrides: Mapping[str, Any]) -> Exp
     )
 
 
-def _launch_shape(experiment: Experiment, dataset: Dataset | None) -> LaunchShape | None:
-    """The launch geometry the surrogate sampler learns from: the experiment's ``[launch]`` at
-    its sizes (on the recorded GPU, in a replay; a live run's SM count is known only once the
-    GPU ran, so its sampler sees blocks and threads, not waves), else a replayed recording's."""
-    if experiment.launch is not None:
-        device = dataset.metadata.get("device") if dataset is not None else None
-        return launch_shape_of_experiment(
-            experiment, device if isinstance(device, Mapping) else None
-        )
-    return launch_shape_of_recording(dataset) if dataset is not None else None
-
-
 def _check_recorded_sizes(experiment: Experiment, dataset: Dataset) -> None:
     """A replay answers with the recording's times: at other problem sizes than the
     experiment's (``--size``, or another file's), it would report them as this size's."""
@@ -338,11 +320,6 @@ def prepare(
         load_if_exists=True,
     )
     _check_or_record_study(study, experiment, space, direction, dataset, join=join)
-    shape = _launch_shape(experiment, dataset)
-    if shape is not None and hasattr(sampler, "launch_shape"):
-        sampler.launch_shape = shape  # type: ignore[attr-defined]
-        if getattr(sampler, "launch_features", False):  # the study's bundle learns them too
-            study.set_user_attr(LAUNCH_SHAPE_ATTR, shape.to_json())
     if join:
         budget = study.user_attrs.get(BUDGET_ATTR)
         if isinstance(budget, int) and budget > 0:

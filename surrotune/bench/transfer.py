@@ -109,7 +109,6 @@ def build_source_bundle(
         from surrotune.runner import Runner
         from surrotune.sampling import make_sampler
         from surrotune.surrogate.bundle import describe_device
-        from surrotune.surrogate.geometry import launch_shape_of_recording
 
         _quiet_optuna()
         dataset, space, _, _ = prepare_dataset(path)
@@ -134,7 +133,7 @@ def build_source_bundle(
             problem_size=dataset.problem_size,
             source={"dataset": str(path), "run": f"surrogate, seed {seed}, {budget} evaluations"},
             seed=seed,
-            launch_shape=launch_shape_of_recording(dataset) if launch_features else None,
+            launch_shape=sampler.launch_shape,  # None unless launch_features: with_launch_shape
         )  # fmt: skip
     return bundle.save(out)
 

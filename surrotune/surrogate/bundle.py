@@ -50,11 +50,7 @@ from surrotune.errors import SurrotuneError
 from surrotune.result import ParamValue, Result, Status
 from surrotune.space import ENCODING_VERSION, SearchSpace
 from surrotune.surrogate.features import FEATURES_VERSION, make_features, positive_columns
-from surrotune.surrogate.geometry import (
-    LAUNCH_SHAPE_ATTR,
-    LaunchShape,
-    launch_shape_of_recording,
-)
+from surrotune.surrogate.geometry import LaunchShape, launch_shape_of_recording
 from surrotune.surrogate.performance import (
     PerformanceModel,
     apply_transform,
@@ -673,9 +669,6 @@ def bundle_from_study(study: Any, *, seed: int = 0) -> ModelBundle:
     parameters = described["parameters"]
     if isinstance(parameters, list):
         parameters = {str(n): v for n, v in parameters}
-    shape = LaunchShape.from_json(study.user_attrs.get(LAUNCH_SHAPE_ATTR))
-    if shape is not None and shape.sm_count is None and device.get("sm_count"):
-        shape = replace(shape, sm_count=int(device["sm_count"]))  # known once it ran
     return fit_bundle(
         results,
         parameters=parameters,
@@ -686,7 +679,6 @@ def bundle_from_study(study: Any, *, seed: int = 0) -> ModelBundle:
         problem_size=sizes,
         source=source,
         seed=seed,
-        launch_shape=shape,
     )
 
 

@@ -24,15 +24,7 @@ import pandas as pd
 
 from surrotune.expressions import Expression, ExpressionError
 
-__all__ = [
-    "LAUNCH_SHAPE_ATTR",
-    "LaunchShape",
-    "launch_shape_of_experiment",
-    "launch_shape_of_recording",
-]
-
-#: the study attribute that keeps a run's launch shape (for the bundle saved from the study)
-LAUNCH_SHAPE_ATTR = "launch_shape"
+__all__ = ["LaunchShape", "launch_shape_of_experiment", "launch_shape_of_recording"]
 
 
 @dataclass(frozen=True)

@@ -177,7 +177,7 @@ class SurrogateSampler(BaseSampler):
             Off by default: see docs/BENCHMARKS.md, "Counter-informed sampler (issue 6)". Not
             used by a warm start's models.
         launch_shape: the experiment's launch grid and block at its sizes (and the GPU's SM
-            count), which ``surrotune run`` and ``surrotune bench`` pass ...
+            count), which ``surrotune bench`` fills in from a recording when ...
         launch_features: ... and, where True, blocks, threads per block, waves and the last
             wave's fill become features (:mod:`surrotune.surrogate.geometry`), and a warm
             start's sources are read at these sizes, their measured best configurations leading
@@ -833,7 +833,7 @@ class _Table:
         table.raw = raw_values(space, index)
         table.pair_cols = positive_columns(table.raw) if sampler.pairwise else []
         table.derive = sampler.derive
-        table.launch_shape = sampler.launch_shape if sampler.launch_features else None
+        table.launch_shape = sampler._launch_target()
         table.features = table._features(table.encoded, table.raw, frame)
         allowed = np.ones(len(frame), dtype=bool)
         if sampler._is_feasible is not None:

@@ -355,16 +355,15 @@ class Source:
         (``sizes``, or the target shape's): a measurement at another size is not one of this
         size (measured: docs/BENCHMARKS.md, "Across problem sizes")."""
         shape = bundle.encoding.launch_shape
-        resized = False
+        wanted = sizes or (target.sizes if target is not None else None)
+        measured_at = bundle.problem_size if isinstance(bundle.problem_size, Mapping) else {}
+        measured_at = measured_at or (shape.sizes if shape is not None else {})
+        resized = bool(wanted) and bool(measured_at) and dict(measured_at) != dict(wanted or {})
         if shape is not None and target is not None:
             at = shape.at(target.sizes, target.sm_count)
-            resized = dict(at.sizes) != dict(shape.sizes)
             bundle = dataclasses.replace(
                 bundle, encoding=dataclasses.replace(bundle.encoding, launch_shape=at)
             )
-        elif isinstance(bundle.problem_size, Mapping) and bundle.problem_size:
-            wanted = sizes if sizes else (target.sizes if target is not None else None)
-            resized = bool(wanted) and dict(bundle.problem_size) != dict(wanted or {})
         names = list(bundle.encoding.names)
         top = None
         if not resized:
