@@ -129,12 +129,19 @@ class NcuProfiler:
                 if reason is not None:  # a reason that no other batch would escape
                     self.disabled = f"counters are off: {reason}"
             return batch
-        for position, launch in zip(index, launches, strict=False):
-            batch.counters[position] = counters_from_metrics(launch.metrics)
-        if len(launches) < len(jobs):
-            batch.stopped_at = index[len(launches)]
+        # ncu writes a row for the launch that failed, every metric n/a, and the target then
+        # stops: that launch, not the next, is the one that cannot run under ncu
+        stopped: int | None = len(launches) if len(launches) < len(jobs) else None
+        for n, (position, launch) in enumerate(zip(index, launches, strict=False)):
+            counters = counters_from_metrics(launch.metrics)
+            if not counters:
+                stopped = n
+                break
+            batch.counters[position] = counters
+        if stopped is not None:
+            batch.stopped_at = index[stopped]
             batch.error = (
-                f"ncu profiled {len(launches)} of {len(jobs)} launches: the launch of "
+                f"ncu profiled {stopped} of {len(jobs)} launches: the launch of "
                 f"{_describe(configs[batch.stopped_at])} failed under ncu"
             )
         return batch

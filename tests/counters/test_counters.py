@@ -272,6 +272,19 @@ def test_a_short_profile_keeps_the_launches_it_has(
     assert batch.error == "ncu profiled 1 of 3 launches: the launch of x=2 failed under ncu"
 
 
+def test_the_launch_whose_row_is_all_na_is_the_one_that_failed(
+    fake_launches: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # as seen on the H200: ncu lists the failed launch with every metric n/a, then the target
+    # stops; blaming the next (never launched) configuration lost its counters for good
+    monkeypatch.setenv("FAKE_NCU_MODE", "failed")
+    profiler = NcuProfiler(object(), executable=str(FAKE_NCU))  # type: ignore[arg-type]
+    batch = profiler.profile([{"x": 1}, {"x": 2}, {"x": 3}])
+    assert batch.counters[0] is not None and batch.counters[1:] == [None, None]
+    assert batch.stopped_at == 1 and batch.not_launched() == [2]
+    assert batch.error == "ncu profiled 1 of 3 launches: the launch of x=2 failed under ncu"
+
+
 def test_without_ncu_nothing_is_profiled(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(profiler_module, "find_ncu", lambda: None)
     profiler = NcuProfiler(object())  # type: ignore[arg-type]
