@@ -2,8 +2,9 @@
 """A stand-in for ncu on machines without a GPU: reads the job pickle it was asked to profile
 and writes, to --log-file, ncu's details-page CSV for one launch per job (values derived from
 the job's position, so that a test can tell them apart). ``FAKE_NCU_MODE`` makes it fail the
-way ncu does: ``noperm`` (ERR_NVGPUCTRPERM), ``short`` (profiles only the first launch), ``failed`` (the second launch fails: ncu writes
-its row with every metric n/a, and the target stops)."""
+way ncu does: ``noperm`` (ERR_NVGPUCTRPERM), ``short`` (profiles only the first launch),
+``failed`` (the second launch fails: ncu writes its row with every metric n/a, and the target
+stops)."""
 
 import os
 import pickle
