@@ -49,7 +49,13 @@ import pandas as pd
 from surrotune.errors import SurrotuneError
 from surrotune.result import ParamValue, Result, Status
 from surrotune.space import ENCODING_VERSION, SearchSpace
-from surrotune.surrogate.features import FEATURES_VERSION, make_features, positive_columns
+from surrotune.surrogate.features import (
+    FEATURES_VERSION,
+    alignment_columns,
+    alignment_features,
+    make_features,
+    positive_columns,
+)
 from surrotune.surrogate.geometry import LaunchShape, launch_shape_of_recording
 from surrotune.surrogate.performance import (
     PerformanceModel,
@@ -113,10 +119,17 @@ class Encoding:
     #: the launch grid and block at the sizes and SM count the models learned at (None: the
     #: models see the parameters only); a warm start re-evaluates it at the target's
     launch_shape: LaunchShape | None = None
+    #: the parameters whose alignment is a feature (:func:`alignment_features`); empty in
+    #: bundles saved before it existed, which then load and predict as they did
+    alignment_columns: tuple[int, ...] = ()
 
     @classmethod
     def from_parameters(
-        cls, parameters: Mapping[str, Sequence[ParamValue]], *, pairwise: bool = True
+        cls,
+        parameters: Mapping[str, Sequence[ParamValue]],
+        *,
+        pairwise: bool = True,
+        alignment: bool = True,
     ) -> Encoding:
         """The encoding a :class:`SearchSpace` over these value lists uses (constraints play no
         part in it)."""
@@ -139,7 +152,8 @@ class Encoding:
             if all(isinstance(v, (bool, int, float)) for v in vals):
                 raw[:, k] = [float(vals[i % len(vals)]) for i in range(longest)]
         pairs = tuple(positive_columns(raw)) if pairwise else ()
-        return cls(tuple(space.names), values, codes, pairs)
+        aligned = tuple(alignment_columns(raw)) if alignment else ()
+        return cls(tuple(space.names), values, codes, pairs, alignment_columns=aligned)
 
     def index_of(self, frame: pd.DataFrame) -> np.ndarray:
         """``(n, d)`` value positions; raises BundleError naming values the source never saw."""
@@ -167,7 +181,12 @@ class Encoding:
             encoded[:, k] = np.asarray(self.codes[k], dtype=np.float64)[index[:, k]]
             if all(isinstance(v, (bool, int, float)) for v in self.values[k]):
                 raw[:, k] = np.asarray(self.values[k], dtype=np.float64)[index[:, k]]
-        extra = self.launch_shape.columns(frame) if self.launch_shape is not None else None
+        parts = []
+        if self.launch_shape is not None:
+            parts.append(self.launch_shape.columns(frame))
+        if self.alignment_columns:
+            parts.append(alignment_features(raw, self.alignment_columns))
+        extra = np.concatenate(parts, axis=1) if parts else None
         return make_features(encoded, raw, pair_columns=list(self.pair_columns), extra=extra)
 
     def mismatches(self, parameters: Mapping[str, Sequence[ParamValue]]) -> list[str]:
@@ -203,6 +222,7 @@ class Encoding:
             ],
             "pair_columns": list(self.pair_columns),
             "launch_shape": self.launch_shape.to_json() if self.launch_shape else None,
+            "alignment_columns": list(self.alignment_columns),
         }
 
     @classmethod
@@ -216,6 +236,7 @@ class Encoding:
             encoding_version=int(data.get("encoding_version", ENCODING_VERSION)),
             features_version=int(data["features_version"]),
             launch_shape=LaunchShape.from_json(data.get("launch_shape")),
+            alignment_columns=tuple(int(c) for c in data.get("alignment_columns", ())),
         )
 
 
@@ -800,6 +821,9 @@ def format_bundle(bundle: ModelBundle) -> str:
     )
     for name, values in zip(enc.names, enc.values, strict=True):
         lines.append(f"    {name}: {', '.join(map(str, values))}")
+    if enc.alignment_columns:
+        aligned = ", ".join(enc.names[k] for k in enc.alignment_columns)
+        lines.append(f"  alignment features (the power of two dividing it, is it one): {aligned}")
     shape = enc.launch_shape
     if shape is not None:
         sms = f", {shape.sm_count} SMs (waves)" if shape.sm_count else ", no SM count (no waves)"

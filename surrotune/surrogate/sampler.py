@@ -62,11 +62,18 @@ from surrotune.surrogate.counter_model import (
     counter_row,
     trial_counters,
 )
-from surrotune.surrogate.diversity import greedy_maximin, min_distances, proximity
+from surrotune.surrogate.diversity import (
+    greedy_maximin,
+    min_distances,
+    proximity,
+    relevance_weights,
+)
 from surrotune.surrogate.feasibility import FeasibilityModel
 from surrotune.surrogate.features import (
     DeriveFn,
     DistributionEncoder,
+    alignment_columns,
+    alignment_features,
     derive_columns,
     make_features,
     positive_columns,
@@ -188,6 +195,24 @@ class SurrogateSampler(BaseSampler):
             measured values before the performance model is fitted, so that its trees spend
             their splits on ranking the good configurations rather than on how slow the slow
             ones are (the acquisition only cares about the good end).
+        distance_uncertainty: kappa: the ensemble's spread is widened by
+            ``kappa * sd(y) * sqrt(1 - exp(-(d / length_scale)^2))``, ``d`` the distance to the
+            nearest evaluated configuration, as a GP's posterior widens away from its data.
+            Boosted trees extrapolate flat and their ensemble agrees far from the data, so
+            without it expected improvement rates an unmeasured region no higher than a
+            measured one. 0 (off) by default.
+        thompson_share: the share of proposals chosen by one ensemble member drawn at random
+            (its best predicted candidate among those the gate lets through): a sample of the
+            model's belief, which disagrees with the mean where the data is thin. 0 by default.
+        relevance_distances: distances (exploration's "farthest", the penalties) weigh each
+            parameter by how much of the measured objective's variance it explains
+            (:func:`~surrotune.surrogate.diversity.relevance_weights`), recomputed at each refit,
+            so that flipping a flag that barely matters no longer counts as exploring. Off by
+            default.
+        alignment: add, for every integer parameter that mixes powers of two with other values,
+            its alignment (the power of two that divides it) and whether it is a power of two
+            as features (:func:`~surrotune.surrogate.features.alignment_features`). Needs
+            ``space``. Off by default.
         counter_targets: the counters learned (names of ``COUNTER_TARGETS``); default
             ``DEFAULT_TARGETS`` (occupancy, L2 hit rate, bank conflicts, registers, spills, the
             main stalls: not the throughputs, which restate the objective).
@@ -228,6 +253,10 @@ class SurrogateSampler(BaseSampler):
         cap_quantile: float | None = None,
         launch_shape: LaunchShape | None = None,
         launch_features: bool = False,
+        distance_uncertainty: float = 0.0,
+        thompson_share: float = 0.0,
+        relevance_distances: bool = False,
+        alignment: bool = False,
     ) -> None:
         self._space = space
         self._is_feasible = is_feasible
@@ -260,6 +289,10 @@ class SurrogateSampler(BaseSampler):
         self.cap_quantile = cap_quantile
         self.launch_shape = launch_shape
         self.launch_features = launch_features
+        self.distance_uncertainty = distance_uncertainty
+        self.thompson_share = thompson_share
+        self.relevance_distances = relevance_distances
+        self.alignment = alignment
         self._table: _Table | None = None
         self._fit: _Fit | None = None
         self._trial_keys: dict[int, Any] = {}
@@ -335,12 +368,24 @@ class SurrogateSampler(BaseSampler):
         if fit.cand_mean is None:
             assert fit.perf is not None
             features = fit.augment(table.features)
-            fit.cand_mean, fit.cand_std = fit.perf.predict(features, return_std=True)
+            if self.thompson_share > 0:
+                fit.cand_members = fit.perf.predict_members(features)
+                fit.cand_mean = fit.cand_members.mean(axis=0)
+                fit.cand_std = fit.cand_members.std(axis=0)
+            else:
+                fit.cand_mean, fit.cand_std = fit.perf.predict(features, return_std=True)
             fit.cand_ok = fit.feas.predict_ok(features)
         assert fit.cand_std is not None and fit.cand_ok is not None
-        self._update_near(table, obs)
-        assert self._near is not None
-        pending = min_distances(table.encoded[rows], np.array(obs.pending).reshape(-1, table.dim))
+        pending_rows = np.array(obs.pending).reshape(-1, table.dim)
+        if self.relevance_distances:
+            near = self._weighted_near(fit, table, obs)
+            weights = fit.weights if fit.weights is not None else np.ones(table.dim)
+            pending = min_distances(table.encoded[rows] * weights, pending_rows * weights)
+        else:
+            self._update_near(table, obs)
+            near = self._near
+            pending = min_distances(table.encoded[rows], pending_rows)
+        assert near is not None
         boundary = None
         if (
             self.boundary_share > 0
@@ -360,11 +405,12 @@ class SurrogateSampler(BaseSampler):
             fit.cand_mean[rows],
             fit.cand_std[rows],
             fit.cand_ok[rows],
-            self._near[rows],
+            near[rows],
             pending,
             boundary,
             rng,
             prior=fit.cand_prior[rows] if fit.cand_prior is not None else None,
+            members=fit.cand_members[:, rows] if fit.cand_members is not None else None,
         )
         _record_prediction(study, trial, obs, fit.direction, float(fit.cand_mean[rows][choice]))
         return table.config(int(rows[choice]))
@@ -468,6 +514,23 @@ class SurrogateSampler(BaseSampler):
             rows = np.array([obs.encoded[i] for i in fresh])
             self._near = np.minimum(self._near, min_distances(table.encoded, rows))
             self._near_seen.update(obs.numbers[i] for i in fresh)
+
+    def _weighted_near(self, fit: _Fit, table: _Table, obs: _Observed) -> np.ndarray:
+        """Nearest-evaluated distance per candidate under the fit's relevance weights (computed
+        when the fit is new, then updated with the new observations only)."""
+        if fit.weights is None:
+            ok = [i for i, v in enumerate(obs.values) if v is not None]
+            y = transform_objective(np.array([obs.values[i] for i in ok]), fit.direction)
+            fit.weights = relevance_weights(np.array([obs.encoded[i] for i in ok]), y)
+            fit.near = np.full(len(table.keys), np.inf)
+            fit.near_seen = set()
+        assert fit.near is not None
+        fresh = [i for i, number in enumerate(obs.numbers) if number not in fit.near_seen]
+        if fresh:
+            rows = np.array([obs.encoded[i] for i in fresh]) * fit.weights
+            fit.near = np.minimum(fit.near, min_distances(table.encoded * fit.weights, rows))
+            fit.near_seen.update(obs.numbers[i] for i in fresh)
+        return fit.near
 
     # ------------------------------------------------------------------ warm start
 
@@ -622,14 +685,15 @@ class SurrogateSampler(BaseSampler):
             return {}  # nothing new found: fall back to independent random sampling
         cand_enc, cand_raw = encoder.encode(candidates)
         pair_cols = _positive_dist_columns(encoder) if self.pairwise else []
-        cand_feat = self._plain_features(cand_enc, cand_raw, pair_cols, candidates)
+        align_cols = _alignment_dist_columns(encoder) if self.alignment else []
+        cand_feat = self._plain_features(cand_enc, cand_raw, pair_cols, align_cols, candidates)
         obs_enc, obs_raw = encoder.encode(obs_configs) if obs_configs else (cand_enc[:0],) * 2
         pend_enc = encoder.encode(pending_configs)[0] if pending_configs else cand_enc[:0]
         if obs.n < self.n_startup_trials or obs.n_ok < 2:
             existing = np.concatenate([obs_enc, pend_enc])
             pick = greedy_maximin(cand_enc, 1, rng, existing=existing)
             return candidates[int(pick[0])]
-        obs_feat = self._plain_features(obs_enc, obs_raw, pair_cols, obs_configs)
+        obs_feat = self._plain_features(obs_enc, obs_raw, pair_cols, align_cols, obs_configs)
         obs.features = list(obs_feat)
         fit = self._refit(study, obs, cand_feat.shape[1], key=("plain", encoder.names))
         assert fit.perf is not None
@@ -655,9 +719,13 @@ class SurrogateSampler(BaseSampler):
         encoded: np.ndarray,
         raw: np.ndarray,
         pair_cols: Sequence[int],
+        align_cols: Sequence[int],
         configs: Sequence[Mapping[str, Any]],
     ) -> np.ndarray:
         extra = derive_columns(self.derive, pd.DataFrame(list(configs))) if self.derive else None
+        if align_cols:
+            aligned = alignment_features(raw, align_cols)
+            extra = aligned if extra is None else np.concatenate([extra, aligned], axis=1)
         return make_features(encoded, raw, pair_columns=pair_cols, extra=extra)
 
     # ------------------------------------------------------------------ models and choice
@@ -732,6 +800,7 @@ class SurrogateSampler(BaseSampler):
         boundary: np.ndarray | None,
         rng: np.random.Generator,
         prior: np.ndarray | None = None,
+        members: np.ndarray | None = None,
     ) -> int:
         """Index of the best candidate by the acquisition (or by boundary uncertainty, or, for
         an ``explore_share`` of proposals, by distance among the candidates the model believes
@@ -746,7 +815,22 @@ class SurrogateSampler(BaseSampler):
                 distance = np.minimum(near_evaluated, near_pending)
                 return int(np.argmax(np.where(believed, distance, -np.inf)))
         ok_values = np.array([v for v in obs.values if v is not None], dtype=np.float64)
-        best = float(transform_objective(ok_values, fit.direction).min())
+        measured = transform_objective(ok_values, fit.direction)
+        best = float(measured.min())
+        allowed = np.ones(len(mean), dtype=bool)
+        if fit.feas.informative or fit.gate:
+            allowed = feasibility_gate(p_ok, self.gate_threshold, rng, epsilon=self.gate_epsilon)
+            if not allowed.any():
+                allowed[:] = True
+        if members is not None and self.thompson_share > 0 and rng.random() < self.thompson_share:
+            draw = members[int(rng.integers(len(members)))]
+            score = -draw - self.pending_weight * proximity(near_pending, self.length_scale)
+            score[~allowed] = -np.inf
+            return int(np.argmax(score))
+        if self.distance_uncertainty > 0 and len(measured) > 1:
+            reach = 1.0 - proximity(near_evaluated, self.length_scale)
+            widen = self.distance_uncertainty * float(measured.std())
+            std = np.sqrt(std**2 + widen**2 * reach)
         ei = expected_improvement(mean, std, best, xi=self.xi)
         if not (ei > 0).any():  # nothing expected to improve: rank by the predicted mean
             ei = np.exp(-(mean - mean.min()))
@@ -756,11 +840,6 @@ class SurrogateSampler(BaseSampler):
         promise = ei / top if top > 0 else ei
         penalty = self.diversity_weight * proximity(near_evaluated, self.length_scale)
         penalty = penalty + self.pending_weight * proximity(near_pending, self.length_scale)
-        allowed = np.ones(len(mean), dtype=bool)
-        if fit.feas.informative or fit.gate:
-            allowed = feasibility_gate(p_ok, self.gate_threshold, rng, epsilon=self.gate_epsilon)
-            if not allowed.any():
-                allowed[:] = True
         if boundary is not None and (boundary & allowed).any():
             scores = boundary_scores(p_ok, promise) - penalty
             scores[~(boundary & allowed)] = -np.inf
@@ -784,6 +863,10 @@ class _Fit:
     cand_std: np.ndarray | None = None
     cand_ok: np.ndarray | None = None
     cand_prior: np.ndarray | None = None  # a warm start's factor on expected improvement
+    cand_members: np.ndarray | None = None  # (K, n) the members' predictions (Thompson draws)
+    weights: np.ndarray | None = None  # relevance weights of the distances (per parameter)
+    near: np.ndarray | None = None  # weighted nearest-evaluated distance per candidate
+    near_seen: set[int] = field(default_factory=set)
     gate: bool = False  # gate on P(ok) even where the classifier alone is not informative
     counters: CounterModel | None = None  # predicted counters as extra features (if fitted)
 
@@ -808,6 +891,7 @@ class _Table:
         self.strides = strides
         self.dim = len(space.names)
         self._extra_rows: dict[Any, tuple[np.ndarray, np.ndarray]] = {}
+        self.align_cols: list[int] = []
 
     @classmethod
     def build(cls, space: SearchSpace, sampler: SurrogateSampler, rng: np.random.Generator):
@@ -832,6 +916,7 @@ class _Table:
         table.encoded = space.encode(frame)
         table.raw = raw_values(space, index)
         table.pair_cols = positive_columns(table.raw) if sampler.pairwise else []
+        table.align_cols = alignment_columns(table.raw) if sampler.alignment else []
         table.derive = sampler.derive
         table.launch_shape = sampler._launch_target()
         table.features = table._features(table.encoded, table.raw, frame)
@@ -846,6 +931,8 @@ class _Table:
         parts = [derive_columns(self.derive, frame) if self.derive is not None else None]
         if self.launch_shape is not None:
             parts.append(self.launch_shape.columns(frame))
+        if self.align_cols:
+            parts.append(alignment_features(raw, self.align_cols))
         given = [p for p in parts if p is not None]
         extra = np.concatenate(given, axis=1) if given else None
         return make_features(encoded, raw, pair_columns=self.pair_cols, extra=extra)
@@ -1020,6 +1107,28 @@ def _positive_dist_columns(encoder: DistributionEncoder) -> list[int]:
         elif dist.low > 0 and dist.high > dist.low:  # type: ignore[attr-defined]
             out.append(k)
     return out
+
+
+def _alignment_dist_columns(encoder: DistributionEncoder, limit: int = 4096) -> list[int]:
+    """:func:`alignment_columns` of the distributions' values (the first ``limit`` of an
+    integer range): chosen from the space, so that training rows and candidates agree."""
+    from optuna.distributions import CategoricalDistribution, IntDistribution
+
+    grids: list[np.ndarray] = []
+    for name in encoder.names:
+        dist = encoder.distributions[name]
+        values: list[Any] = []
+        if isinstance(dist, CategoricalDistribution):
+            values = [v for v in dist.choices if not isinstance(v, bool)]
+            if len(values) != len(dist.choices) or not all(isinstance(v, int) for v in values):
+                values = []
+        elif isinstance(dist, IntDistribution):
+            values = list(range(dist.low, min(dist.high, dist.low + limit * dist.step) + 1,
+                                dist.step))  # fmt: skip
+        grids.append(np.asarray(values if values else [np.nan], dtype=np.float64))
+    longest = max(len(g) for g in grids)
+    raw = np.column_stack([np.resize(g, longest) for g in grids])
+    return alignment_columns(raw)
 
 
 def _python(value: Any) -> Any:

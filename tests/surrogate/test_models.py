@@ -15,10 +15,17 @@ from surrotune.surrogate.acquisition import (
     expected_improvement,
     feasibility_gate,
 )
-from surrotune.surrogate.diversity import greedy_maximin, min_distances, proximity
+from surrotune.surrogate.diversity import (
+    greedy_maximin,
+    min_distances,
+    proximity,
+    relevance_weights,
+)
 from surrotune.surrogate.feasibility import FeasibilityModel
 from surrotune.surrogate.features import (
     FEATURES_VERSION,
+    alignment_columns,
+    alignment_features,
     make_features,
     pairwise_features,
     positive_columns,
@@ -167,3 +174,41 @@ def test_greedy_maximin_spreads_out_and_is_seeded() -> None:
     assert len(set(picks.tolist())) == 4 and min(gaps) >= 0.5
     again = greedy_maximin(grid, 4, np.random.default_rng(0), existing=np.array([[0.0, 0.0]]))
     np.testing.assert_array_equal(picks, again)
+
+
+def test_relevance_weights_follow_the_variance_each_parameter_explains() -> None:
+    """A 16-value parameter that decides the objective weighs 1; a binary flag that changes
+    it by 1 % and a 4-value parameter with no effect weigh little (what they explain is chance
+    correlation with the first in a sample of 120); more values alone earn nothing (omega
+    squared, not eta squared)."""
+    rng = np.random.default_rng(0)
+    n = 120
+    tile = rng.integers(0, 16, n) / 15
+    flag = rng.integers(0, 2, n).astype(float)
+    noise_param = rng.integers(0, 4, n) / 3
+    y = np.log(1.0 + 4.0 * (tile - 0.4) ** 2) + 0.01 * flag + 0.02 * rng.normal(size=n)
+    X = np.column_stack([tile, flag, noise_param])
+    weights = relevance_weights(X, y, floor=0.1)
+    assert weights[0] == pytest.approx(1.0)
+    assert 0.1 <= weights[1] < 0.25 and 0.1 <= weights[2] < 0.25
+    # equal weights where nothing can be told apart: constant objective, too few rows
+    assert relevance_weights(X, np.ones(n)).tolist() == [1.0, 1.0, 1.0]
+    assert relevance_weights(X[:2], y[:2]).tolist() == [1.0, 1.0, 1.0]
+
+
+def test_alignment_features_say_which_power_of_two_divides_each_value() -> None:
+    raw = np.array([
+        [16.0, 1.0, 0.5, 8.0],
+        [48.0, 3.0, 0.25, 16.0],
+        [96.0, 4.0, 1.0, 32.0],
+        [256.0, 2.0, 2.0, 64.0],
+    ])  # fmt: skip
+    # mixed powers of two and other integers: columns 0 and 1; floats and all-pow2 are not
+    assert alignment_columns(raw) == [0, 1]
+    features = alignment_features(raw, [0, 1])
+    assert features[:, 0].tolist() == [4.0, 4.0, 5.0, 8.0]  # 48 = 16 * 3, 96 = 32 * 3
+    assert features[:, 1].tolist() == [0.0, 0.0, 2.0, 1.0]
+    assert features[:, 2].tolist() == [1.0, 0.0, 0.0, 1.0]  # is a power of two
+    assert features[:, 3].tolist() == [1.0, 0.0, 1.0, 1.0]
+    assert alignment_features(raw, []).shape == (4, 0)
+    assert alignment_columns(np.array([[0.0], [3.0], [4.0]])) == []  # not all positive

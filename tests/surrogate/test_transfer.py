@@ -311,3 +311,34 @@ def test_sources_on_candidates_match_the_bundle(bundle: ModelBundle) -> None:
     source = Source.on(bundle, frame)
     assert np.allclose(source.mean, bundle.predict(frame))
     assert np.array_equal(source.take(np.array([3, 1])).members, source.members[:, [3, 1]])
+
+
+def test_alignment_columns_travel_with_the_bundle_and_older_bundles_load(tmp_path: Path) -> None:
+    """A width that mixes powers of two with other values is an alignment feature of the saved
+    models; the round trip keeps it (identical predictions), and a bundle written before the
+    key existed loads and predicts on the columns it was trained on."""
+    params = {"BX": [16, 32, 48, 64], "TILE": [1, 2, 3]}
+    results = [
+        Result(config={"BX": bx, "TILE": t}, status=Status.OK,
+               objective=1.0 + (bx & (bx - 1) != 0) + 0.1 * t, times_ms=(1.0,))
+        for bx in params["BX"] for t in params["TILE"]
+    ]  # fmt: skip
+    aligned = fit_bundle(
+        results, parameters=params, direction="minimize", objective="time",
+        device=describe_device(H100), kernel=None, problem_size={}, source={"study": "t"},
+    )  # fmt: skip
+    assert aligned.encoding.alignment_columns == (0, 1)
+    assert aligned.performance.n_features_in_ == 2 + 2 + 4  # encoded, pairwise, alignment
+    frame = pd.DataFrame([{"BX": bx, "TILE": t} for bx in params["BX"] for t in params["TILE"]])
+    loaded = load_bundle(aligned.save(tmp_path / "a.json"))
+    assert loaded.encoding.alignment_columns == (0, 1)
+    assert np.array_equal(loaded.predict(frame), aligned.predict(frame))
+    assert "alignment features (the power of two dividing it, is it one): BX, TILE" in (
+        format_bundle(loaded)
+    )
+    older = json.loads(_bundle().save(tmp_path / "old.json").read_text())
+    del older["encoding"]["alignment_columns"]
+    (tmp_path / "old.json").write_text(json.dumps(older))
+    old = load_bundle(tmp_path / "old.json")
+    assert old.encoding.alignment_columns == ()
+    assert np.array_equal(old.predict(_frame()), _bundle().predict(_frame()))
