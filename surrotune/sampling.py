@@ -191,6 +191,7 @@ def make_sampler(
             explore_share=0.0 if "diversity" in ablate else 0.2,
             diversity_weight=0.0,
             pairwise="features" not in ablate,
+            alignment="features" not in ablate,
             warm_start=list(warm_start) or None,
             transfer_mode=transfer_mode,
         )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["greedy_maximin", "min_distances", "proximity", "relevance_weights"]
+__all__ = ["greedy_maximin", "min_distances", "proximity"]
 
 
 def min_distances(candidates: np.ndarray, references: np.ndarray, chunk: int = 4096) -> np.ndarray:
@@ -67,39 +67,3 @@ def greedy_maximin(
         dist = np.minimum(dist, np.sqrt(((cand - cand[pick]) ** 2).sum(axis=1)))
         dist[pick] = -1.0
     return subset[np.array(chosen, dtype=np.int64)]
-
-
-def relevance_weights(encoded: np.ndarray, y: np.ndarray, *, floor: float = 0.1) -> np.ndarray:
-    """Per-parameter weights in ``[floor, 1]`` for distances: how much of the measured
-    objective's variance each parameter explains on its own (one-way ANOVA's omega squared, which
-    unlike eta squared does not reward a parameter for having many values), as square roots
-    scaled so that the most relevant parameter weighs 1.
-
-    Why: in the ``[0, 1]`` encoding the flip of a binary flag is as far as the whole range of a
-    16-value tile size, so "far from everything measured" (exploration, the diversity
-    penalties) favours flipping flags that barely change the time over moving the parameters
-    that decide it. A GP's ARD length scales weigh dimensions the same way.
-    """
-    X = np.asarray(encoded, dtype=np.float64)
-    y = np.asarray(y, dtype=np.float64)
-    n, d = X.shape
-    weights = np.ones(d)
-    if n < 3 or float(y.var()) <= 0:
-        return weights
-    total = float(((y - y.mean()) ** 2).sum())
-    for j in range(d):
-        levels, groups = np.unique(X[:, j], return_inverse=True)
-        k = len(levels)
-        if k < 2 or n <= k:
-            weights[j] = 1.0 if k >= 2 else floor
-            continue
-        sums = np.bincount(groups, weights=y, minlength=k)
-        counts = np.bincount(groups, minlength=k)
-        between = float((sums**2 / counts).sum() - y.sum() ** 2 / n)
-        within = (total - between) / (n - k)
-        omega = (between - (k - 1) * within) / (total + within)
-        weights[j] = np.sqrt(max(omega, 0.0))
-    top = float(weights.max())
-    if top <= 0:
-        return np.ones(d)
-    return np.maximum(weights / top, floor)

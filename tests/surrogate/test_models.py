@@ -19,7 +19,6 @@ from surrotune.surrogate.diversity import (
     greedy_maximin,
     min_distances,
     proximity,
-    relevance_weights,
 )
 from surrotune.surrogate.feasibility import FeasibilityModel
 from surrotune.surrogate.features import (
@@ -174,26 +173,6 @@ def test_greedy_maximin_spreads_out_and_is_seeded() -> None:
     assert len(set(picks.tolist())) == 4 and min(gaps) >= 0.5
     again = greedy_maximin(grid, 4, np.random.default_rng(0), existing=np.array([[0.0, 0.0]]))
     np.testing.assert_array_equal(picks, again)
-
-
-def test_relevance_weights_follow_the_variance_each_parameter_explains() -> None:
-    """A 16-value parameter that decides the objective weighs 1; a binary flag that changes
-    it by 1 % and a 4-value parameter with no effect weigh little (what they explain is chance
-    correlation with the first in a sample of 120); more values alone earn nothing (omega
-    squared, not eta squared)."""
-    rng = np.random.default_rng(0)
-    n = 120
-    tile = rng.integers(0, 16, n) / 15
-    flag = rng.integers(0, 2, n).astype(float)
-    noise_param = rng.integers(0, 4, n) / 3
-    y = np.log(1.0 + 4.0 * (tile - 0.4) ** 2) + 0.01 * flag + 0.02 * rng.normal(size=n)
-    X = np.column_stack([tile, flag, noise_param])
-    weights = relevance_weights(X, y, floor=0.1)
-    assert weights[0] == pytest.approx(1.0)
-    assert 0.1 <= weights[1] < 0.25 and 0.1 <= weights[2] < 0.25
-    # equal weights where nothing can be told apart: constant objective, too few rows
-    assert relevance_weights(X, np.ones(n)).tolist() == [1.0, 1.0, 1.0]
-    assert relevance_weights(X[:2], y[:2]).tolist() == [1.0, 1.0, 1.0]
 
 
 def test_alignment_features_say_which_power_of_two_divides_each_value() -> None:

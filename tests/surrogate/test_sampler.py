@@ -227,87 +227,6 @@ def test_cap_quantile_flattens_the_slow_end_of_the_training_targets() -> None:
     assert capped[:6].tolist() == plain[:6].tolist() and (capped[6:] == cap).all()
 
 
-class _StubFeasibility:
-    informative = True
-
-
-class _StubFit:
-    """What ``_choose`` reads of a fit: the direction and whether the gate applies."""
-
-    direction = "minimize"
-    feas = _StubFeasibility()
-    gate = False
-
-
-def _observed(values: list[float]) -> Any:
-    from surrotune.surrogate.sampler import _Observed
-
-    obs = _Observed()
-    obs.values = list(values)
-    obs.statuses = ["ok"] * len(values)
-    return obs
-
-
-def test_thompson_share_proposes_the_best_of_one_ensemble_member() -> None:
-    """With thompson_share=1 each proposal is the best candidate of one member drawn at random
-    (never one the gate keeps out); different draws give different members' favourites."""
-    n = 50
-    members = np.full((3, n), 5.0)
-    members[0, 7], members[1, 3], members[2, 11] = 1.0, 1.0, 1.0
-    members[2, 40] = 0.5  # member 2's favourite, but the gate keeps it out
-    p_ok = np.ones(n)
-    p_ok[40] = 0.0
-    sampler = SurrogateSampler(seed=0, thompson_share=1.0, explore_share=0.0, gate_epsilon=0.0)
-    rng = np.random.default_rng(0)
-    picks = {
-        sampler._choose(
-            _StubFit(), _observed([2.0, 3.0]), members.mean(axis=0), members.std(axis=0), p_ok,
-            np.full(n, 0.5), np.full(n, np.inf), None, rng, members=members,
-        )  # type: ignore[arg-type]
-        for _ in range(30)
-    }  # fmt: skip
-    assert picks == {3, 7, 11}
-
-
-def test_distance_uncertainty_prefers_the_unmeasured_region_where_the_model_is_flat() -> None:
-    """Two candidates the ensemble predicts alike and agrees on: without the widening neither
-    is expected to improve more; with it, the one far from every measurement is."""
-    n = 2
-    mean, std = np.full(n, 1.1), np.zeros(n)
-    near = np.array([0.01, 1.0])  # candidate 1 lies far from anything measured
-    obs = _observed([np.e, np.e**2, np.e**3])  # log scale: 1, 2, 3
-    args = (mean, std, np.ones(n), near, np.full(n, np.inf), None)
-    flat = SurrogateSampler(seed=0, explore_share=0.0)
-    wide = SurrogateSampler(seed=0, explore_share=0.0, distance_uncertainty=1.0)
-    assert flat._choose(_StubFit(), obs, *args, np.random.default_rng(0)) == 0  # a tie: first
-    assert wide._choose(_StubFit(), obs, *args, np.random.default_rng(0)) == 1  # type: ignore[arg-type]
-
-
-@pytest.mark.parametrize(
-    "options",
-    [{"thompson_share": 0.5}, {"distance_uncertainty": 1.0}, {"relevance_distances": True}],
-    ids=["thompson", "wide", "relevance"],
-)
-def test_the_acquisition_options_keep_the_sampler_contract(
-    tmp_path: Path, options: dict[str, float]
-) -> None:
-    """Deterministic for a seed, never a configuration twice, never one the constraints forbid."""
-
-    def run(seed: int) -> list[dict[str, Any]]:
-        dataset = load_dataset(write_kt_cache(tmp_path / "tiny.json"))
-        space = SearchSpace(dataset.parameters, ["bx * by <= 256"])
-        sampler = SurrogateSampler(space=space, seed=seed, n_startup_trials=4, **options)
-        study = optuna.create_study(direction="minimize", sampler=sampler)
-        Runner(study=study, space=space, backend=ReplayBackend(dataset), trials=20).run()
-        return [t.params for t in study.get_trials() if t.params]
-
-    first = run(0)
-    assert first == run(0)
-    keys = [tuple(sorted(p.items())) for p in first]
-    assert len(keys) == len(set(keys)) == 20
-    assert all(p["bx"] * p["by"] <= 256 for p in first)
-
-
 def test_alignment_adds_two_columns_per_mixed_width_on_both_paths() -> None:
     """Space path: the candidate table's features gain alignment and power-of-two columns for
     each integer parameter that mixes powers of two with other values; plain-Optuna path: the
@@ -316,10 +235,10 @@ def test_alignment_adds_two_columns_per_mixed_width_on_both_paths() -> None:
     from surrotune.surrogate.sampler import _alignment_dist_columns, _Table
 
     space = SearchSpace({"bx": [16, 32, 48, 64], "tile": [1, 2, 4], "flag": [0, 1]})
-    plain = _Table.build(space, SurrogateSampler(space=space), np.random.default_rng(0))
-    aligned = _Table.build(
-        space, SurrogateSampler(space=space, alignment=True), np.random.default_rng(0)
+    plain = _Table.build(
+        space, SurrogateSampler(space=space, alignment=False), np.random.default_rng(0)
     )
+    aligned = _Table.build(space, SurrogateSampler(space=space), np.random.default_rng(0))
     assert aligned.features.shape[1] == plain.features.shape[1] + 2
     assert aligned.align_cols == [space.names.index("bx")]
     encoder = DistributionEncoder({
@@ -330,7 +249,7 @@ def test_alignment_adds_two_columns_per_mixed_width_on_both_paths() -> None:
     })  # fmt: skip
     assert [encoder.names[k] for k in _alignment_dist_columns(encoder)] == ["bx", "odd"]
     study = optuna.create_study(
-        sampler=SurrogateSampler(seed=0, n_startup_trials=4, pool_size=256, alignment=True)
+        sampler=SurrogateSampler(seed=0, n_startup_trials=4, pool_size=256)
     )
     study.optimize(
         lambda t: t.suggest_int("bx", 16, 256, step=16) % 64 + t.suggest_float("x", 0, 1),
