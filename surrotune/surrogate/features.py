@@ -117,7 +117,8 @@ def alignment_features(raw: np.ndarray, columns: Sequence[int]) -> np.ndarray:
     power-of-two block divides the power-of-two problem sizes, keeps accesses on 128-byte
     lines, fills whole warps and wavefronts); on Kernel Tuner's convolution spaces for AMD GPUs
     only the power-of-two block widths (16, 32, 64, 128, 256) reach 61 % (W7800) or even 10 %
-    (MI250X) of the optimum's performance. An axis-aligned tree on the width alone needs a split per value.
+    (MI250X) of the optimum's performance. An axis-aligned tree on the width alone needs a
+    split per value.
     """
     cols = list(columns)
     if not cols:
