@@ -27,6 +27,7 @@ nvcc compiles for the host and evaluates at compile time.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import ctypes.util
@@ -98,6 +99,12 @@ class NvrtcNotFound(NvrtcError, FileNotFoundError):
 
 
 # --------------------------------------------------------------------------- finding the library
+
+#: set as the interpreter exits, before multiprocessing stops its daemon children (atexit runs
+#: the handlers registered last first): from then on no dispatcher starts a child, for a child
+#: started while its parent exits dies reading its start-up data ("EOFError: Ran out of input")
+_EXITING = threading.Event()
+atexit.register(_EXITING.set)
 
 _LIBRARY_GLOBS = ("libnvrtc.so", "libnvrtc.so.*[0-9]", "nvrtc64_*.dll")
 
@@ -594,7 +601,7 @@ class NvrtcCompiler:
 
     def _dispatch(self) -> None:
         try:
-            while not self._closed:
+            while not self._closed and not _EXITING.is_set():
                 self._assign()
                 self._wait_and_collect()
         except BaseException as exc:  # never leave a future hanging
@@ -613,6 +620,8 @@ class NvrtcCompiler:
         starting = sum(1 for c in self._children if not c.ready)
         wanted = self.workers if self._warm else queued - len(idle) - starting
         for _ in range(min(wanted, self.workers - len(self._children))):
+            if _EXITING.is_set():
+                return
             self._spawn()
         for child in idle:
             job = self._next_job()
