@@ -52,7 +52,6 @@ from surrotune.space import ENCODING_VERSION, SearchSpace
 from surrotune.surrogate.features import (
     FEATURES_VERSION,
     alignment_columns,
-    alignment_features,
     make_features,
     positive_columns,
 )
@@ -181,13 +180,11 @@ class Encoding:
             encoded[:, k] = np.asarray(self.codes[k], dtype=np.float64)[index[:, k]]
             if all(isinstance(v, (bool, int, float)) for v in self.values[k]):
                 raw[:, k] = np.asarray(self.values[k], dtype=np.float64)[index[:, k]]
-        parts = []
-        if self.launch_shape is not None:
-            parts.append(self.launch_shape.columns(frame))
-        if self.alignment_columns:
-            parts.append(alignment_features(raw, self.alignment_columns))
-        extra = np.concatenate(parts, axis=1) if parts else None
-        return make_features(encoded, raw, pair_columns=list(self.pair_columns), extra=extra)
+        extra = self.launch_shape.columns(frame) if self.launch_shape is not None else None
+        return make_features(
+            encoded, raw, pair_columns=list(self.pair_columns), extra=extra,
+            alignment_columns=self.alignment_columns,
+        )  # fmt: skip
 
     def mismatches(self, parameters: Mapping[str, Sequence[ParamValue]]) -> list[str]:
         """What keeps these parameters from being read by this encoding, one line each: names

@@ -136,20 +136,25 @@ def make_features(
     *,
     pair_columns: Sequence[int] = (),
     extra: np.ndarray | None = None,
+    alignment_columns: Sequence[int] = (),
 ) -> np.ndarray:
-    """The model matrix (float32): encoded parameters, pairwise products/ratios, extras.
+    """The model matrix (float32): encoded parameters, pairwise products/ratios, extras,
+    alignment.
 
     Args:
         encoded: ``(n, d)`` encoding in [0, 1] (:meth:`SearchSpace.encode`).
         raw: ``(n, d)`` raw numeric values (:func:`raw_values`), NaN where non-numeric.
         pair_columns: the raw columns to combine pairwise (empty: no derived columns).
         extra: ``(n, e)`` user-derived columns, appended as given.
+        alignment_columns: the raw columns whose :func:`alignment_features` come last.
     """
     parts = [encoded]
     if len(pair_columns) >= 2:
         parts.append(pairwise_features(raw, pair_columns))
     if extra is not None and extra.shape[1]:
         parts.append(extra)
+    if len(alignment_columns):
+        parts.append(alignment_features(raw, alignment_columns))
     return np.ascontiguousarray(np.concatenate(parts, axis=1), dtype=np.float32)
 
 

@@ -68,7 +68,6 @@ from surrotune.surrogate.features import (
     DeriveFn,
     DistributionEncoder,
     alignment_columns,
-    alignment_features,
     derive_columns,
     make_features,
     positive_columns,
@@ -670,10 +669,9 @@ class SurrogateSampler(BaseSampler):
         configs: Sequence[Mapping[str, Any]],
     ) -> np.ndarray:
         extra = derive_columns(self.derive, pd.DataFrame(list(configs))) if self.derive else None
-        if align_cols:
-            aligned = alignment_features(raw, align_cols)
-            extra = aligned if extra is None else np.concatenate([extra, aligned], axis=1)
-        return make_features(encoded, raw, pair_columns=pair_cols, extra=extra)
+        return make_features(
+            encoded, raw, pair_columns=pair_cols, extra=extra, alignment_columns=align_cols
+        )
 
     # ------------------------------------------------------------------ models and choice
 
@@ -823,7 +821,6 @@ class _Table:
         self.strides = strides
         self.dim = len(space.names)
         self._extra_rows: dict[Any, tuple[np.ndarray, np.ndarray]] = {}
-        self.align_cols: list[int] = []
 
     @classmethod
     def build(cls, space: SearchSpace, sampler: SurrogateSampler, rng: np.random.Generator):
@@ -863,11 +860,12 @@ class _Table:
         parts = [derive_columns(self.derive, frame) if self.derive is not None else None]
         if self.launch_shape is not None:
             parts.append(self.launch_shape.columns(frame))
-        if self.align_cols:
-            parts.append(alignment_features(raw, self.align_cols))
         given = [p for p in parts if p is not None]
         extra = np.concatenate(given, axis=1) if given else None
-        return make_features(encoded, raw, pair_columns=self.pair_cols, extra=extra)
+        return make_features(
+            encoded, raw, pair_columns=self.pair_cols, extra=extra,
+            alignment_columns=self.align_cols,
+        )  # fmt: skip
 
     def keys_of(self, index: np.ndarray) -> list[int]:
         return [int(k) for k in np.atleast_2d(index) @ self.strides]

@@ -358,7 +358,7 @@ class Source:
         wanted = sizes or (target.sizes if target is not None else None)
         measured_at = bundle.problem_size if isinstance(bundle.problem_size, Mapping) else {}
         measured_at = measured_at or (shape.sizes if shape is not None else {})
-        resized = bool(wanted) and bool(measured_at) and dict(measured_at) != dict(wanted or {})
+        resized = bool(wanted and measured_at) and dict(measured_at) != dict(wanted)
         if shape is not None and target is not None:
             at = shape.at(target.sizes, target.sm_count)
             bundle = dataclasses.replace(
