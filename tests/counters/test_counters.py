@@ -260,24 +260,21 @@ def test_no_permission_turns_counters_off_once_with_the_reason(
     assert again.counters == [None] and profiler.batches == 1
 
 
-def test_a_short_profile_keeps_the_launches_it_has(
-    fake_launches: None, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    "mode",
+    [
+        "short",  # the run ended at the second launch, which ncu did not list
+        # as seen on the H200: ncu lists the failed launch with every metric n/a, then the
+        # target stops; blaming the next (never launched) one lost its counters for good
+        "failed",
+    ],
+)
+def test_a_profile_that_stops_blames_the_launch_that_failed(
+    fake_launches: None, monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
-    monkeypatch.setenv("FAKE_NCU_MODE", "short")
-    profiler = NcuProfiler(object(), executable=str(FAKE_NCU))  # type: ignore[arg-type]
-    batch = profiler.profile([{"x": 1}, {"x": 2}, {"x": 3}])
-    assert batch.counters[0] is not None and batch.counters[1:] == [None, None]
-    # the run ended at the second launch: it is the suspect, the third was never tried
-    assert batch.stopped_at == 1 and batch.not_launched() == [2]
-    assert batch.error == "ncu profiled 1 of 3 launches: the launch of x=2 failed under ncu"
-
-
-def test_the_launch_whose_row_is_all_na_is_the_one_that_failed(
-    fake_launches: None, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # as seen on the H200: ncu lists the failed launch with every metric n/a, then the target
-    # stops; blaming the next (never launched) configuration lost its counters for good
-    monkeypatch.setenv("FAKE_NCU_MODE", "failed")
+    """The launches before it keep their counters, the failed one is the suspect, the rest
+    were never tried."""
+    monkeypatch.setenv("FAKE_NCU_MODE", mode)
     profiler = NcuProfiler(object(), executable=str(FAKE_NCU))  # type: ignore[arg-type]
     batch = profiler.profile([{"x": 1}, {"x": 2}, {"x": 3}])
     assert batch.counters[0] is not None and batch.counters[1:] == [None, None]
