@@ -1,0 +1,78 @@
+"""Per-seed evaluations to a fraction of the optimum, for runs kept by `surrotune bench`.
+
+    python3 benchmarks/compare_runs.py RUNS.jsonl[.gz]... --datasets FILE... [--seeds 0-9] \
+        [--target 0.98] [--samplers a,b]
+
+Screening a sampler option at 10 seeds against the default's 20-seed runs in docs/bench/ needs
+the same seeds side by side: this prints, per dataset and sampler, the evaluations to the target
+on each seed (201 where a run never got there: budget + 1), their median and how many seeds got
+there, from any mix of runs files (the default's kept runs, a variant's new ones).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+from surrotune.bench import metrics
+from surrotune.bench.harness import prepare_dataset
+
+
+def read_runs(path: Path) -> list[dict]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def parse_seeds(text: str) -> set[int]:
+    seeds: set[int] = set()
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        seeds.update(range(int(low), int(high or low) + 1))
+    return seeds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", nargs="+", type=Path)
+    parser.add_argument("--datasets", nargs="+", required=True)
+    parser.add_argument("--seeds", default="0-19")
+    parser.add_argument("--target", type=float, default=0.98)
+    parser.add_argument("--samplers", default="")
+    args = parser.parse_args(argv)
+    seeds = parse_seeds(args.seeds)
+    wanted = set(filter(None, args.samplers.split(",")))
+    info = {}
+    for path in args.datasets:
+        bench = prepare_dataset(path)[3]
+        info[bench.name] = bench
+    table: dict[tuple[str, str], dict[int, tuple[int, bool]]] = defaultdict(dict)
+    for path in args.runs:
+        for run in read_runs(path):
+            bench = info.get(run["dataset"])
+            if bench is None or run["seed"] not in seeds:
+                continue
+            if wanted and run["sampler"] not in wanted:
+                continue
+            reached = metrics.evaluations_to_reach(
+                run["values"], bench.optimum, bench.direction, args.target
+            )
+            table[run["dataset"], run["sampler"]][run["seed"]] = (
+                (reached, True) if reached is not None else (run["budget"] + 1, False)
+            )
+    print(f"evaluations to {args.target:.0%} of the optimum, seeds {args.seeds}")
+    print(f"{'dataset':28} {'sampler':28} {'median':>7} {'hit':>6}  per seed")
+    for (dataset, sampler), runs in sorted(table.items()):
+        values = [runs[s][0] for s in sorted(runs)]
+        hit = sum(runs[s][1] for s in runs)
+        print(f"{dataset:28} {sampler:28} {statistics.median(values):7.1f} "
+              f"{hit:3}/{len(values):<2}  {' '.join(map(str, values))}")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
