@@ -71,6 +71,11 @@ class PerformanceModel:
         colsample_bytree: column subsampling per tree; decorrelates the members further.
         min_child_weight: the smallest hessian sum in a leaf (1 = one observation).
         bootstrap: resample rows with replacement per member; without it only the seeds differ.
+        full_mean: fit one more member on every observation, whose prediction is the mean;
+            the bootstrap members give only the spread around it. A bootstrap member never
+            sees about a third of the rows, so their average smooths an optimum that one
+            measurement shows (on Kernel Tuner's convolution recordings a member that misses
+            the one fast configuration predicts its whole region slow).
         seed: seeds member ``k`` with ``seed + k``; the model is deterministic for a seed.
         n_jobs: XGBoost threads per model.
     """
@@ -86,6 +91,7 @@ class PerformanceModel:
         colsample_bytree: float = 0.8,
         min_child_weight: float = 1.0,
         bootstrap: bool = True,
+        full_mean: bool = False,
         seed: int = 0,
         n_jobs: int = 1,
     ) -> None:
@@ -97,6 +103,7 @@ class PerformanceModel:
         self.colsample_bytree = colsample_bytree
         self.min_child_weight = min_child_weight
         self.bootstrap = bootstrap
+        self.full_mean = full_mean
         self.seed = seed
         self.n_jobs = n_jobs
 
@@ -143,6 +150,13 @@ class PerformanceModel:
                 {**params, "seed": self.seed + k}, data, num_boost_round=self.n_estimators
             )
             self.boosters_.append(booster)
+        self.full_ = None
+        if self.full_mean:
+            data = xgb.DMatrix(X, label=target, nthread=self.n_jobs)
+            self.full_ = xgb.train(
+                {**params, "seed": self.seed + self.n_models}, data,
+                num_boost_round=self.n_estimators,
+            )  # fmt: skip
         return self
 
     @overload
@@ -168,7 +182,8 @@ class PerformanceModel:
 
     def predict_members(self, X: np.ndarray) -> np.ndarray:
         """``(K, n)``: each member's prediction on the target's scale (the ensemble's samples,
-        which a warm start ranks candidates with)."""
+        which a warm start ranks candidates with). With ``full_mean`` the members are moved
+        so that their mean is the full member's prediction, their spread unchanged."""
         if not hasattr(self, "boosters_"):
             raise NotFittedError(
                 "This PerformanceModel instance is not fitted yet; call fit(X, y) first."
@@ -180,6 +195,9 @@ class PerformanceModel:
                 f"{self.n_features_in_}"
             )
         preds = np.stack([b.inplace_predict(X) for b in self.boosters_]).astype(np.float64)
+        full = getattr(self, "full_", None)
+        if full is not None:
+            preds += full.inplace_predict(X).astype(np.float64) - preds.mean(axis=0)
         return preds * self.y_scale_ + self.y_mean_
 
     def out_of_bag(self, n: int) -> np.ndarray:
@@ -206,13 +224,16 @@ class PerformanceModel:
         import json
 
         params = {name: getattr(self, name) for name in _PARAMS}
-        return {
+        state = {
             "params": params,
             "n_features_in": self.n_features_in_,
             "y_mean": self.y_mean_,
             "y_scale": self.y_scale_,
             "boosters": [json.loads(bytes(b.save_raw("json"))) for b in self.boosters_],
         }
+        if getattr(self, "full_", None) is not None:
+            state["full"] = json.loads(bytes(self.full_.save_raw("json")))
+        return state
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> PerformanceModel:
@@ -222,13 +243,14 @@ class PerformanceModel:
         model.y_mean_ = float(state["y_mean"])
         model.y_scale_ = float(state["y_scale"])
         model.boosters_ = [load_booster(b) for b in state["boosters"]]
+        model.full_ = load_booster(state["full"]) if state.get("full") else None
         return model
 
 
 #: the constructor's parameters, saved with a model
 _PARAMS = (
     "n_models", "n_estimators", "max_depth", "learning_rate", "subsample", "colsample_bytree",
-    "min_child_weight", "bootstrap", "seed", "n_jobs",
+    "min_child_weight", "bootstrap", "full_mean", "seed", "n_jobs",
 )  # fmt: skip
 
 

@@ -198,6 +198,9 @@ class SurrogateSampler(BaseSampler):
             paths. On by default: on Kernel Tuner's convolution spaces it took the evaluations
             to 98 % of the optimum from 194 to 121.5 on the A100 and from 194.5 to 148 on the
             W7800 (median of 20 seeds; docs/BENCHMARKS.md, "Alignment features").
+        model_params: further :class:`~surrotune.surrogate.performance.PerformanceModel`
+            options of the performance model (``max_depth``, ``full_mean``, ...), for
+            measuring them (docs/BENCHMARKS.md); a warm start's models keep their own.
         counter_targets: the counters learned (names of ``COUNTER_TARGETS``); default
             ``DEFAULT_TARGETS`` (occupancy, L2 hit rate, bank conflicts, registers, spills, the
             main stalls: not the throughputs, which restate the objective).
@@ -240,6 +243,7 @@ class SurrogateSampler(BaseSampler):
         launch_shape: LaunchShape | None = None,
         launch_features: bool = False,
         alignment: bool = True,
+        model_params: Mapping[str, Any] | None = None,
     ) -> None:
         self._space = space
         self._is_feasible = is_feasible
@@ -274,6 +278,7 @@ class SurrogateSampler(BaseSampler):
         self.launch_shape = launch_shape
         self.launch_features = launch_features
         self.alignment = alignment
+        self.model_params = model_params
         self._table: _Table | None = None
         self._fit: _Fit | None = None
         self._trial_keys: dict[int, Any] = {}
@@ -693,7 +698,10 @@ class SurrogateSampler(BaseSampler):
         counters = self._counter_model(study, obs, X) if self.counter_features else None
         if counters is not None:
             X = counters.augment(X)
-        perf = PerformanceModel(n_models=self.n_models, seed=self._seed, n_jobs=self.n_jobs)
+        perf = PerformanceModel(
+            n_models=self.n_models, seed=self._seed, n_jobs=self.n_jobs,
+            **dict(self.model_params or {}),
+        )  # fmt: skip
         perf.fit(X[ok], y)
         feas = FeasibilityModel(seed=self._seed, n_jobs=self.n_jobs).fit(X, ok, obs.statuses)
         self._fit = _Fit(

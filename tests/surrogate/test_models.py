@@ -91,6 +91,29 @@ def test_performance_model_contract_and_fit() -> None:
         model.predict(np.zeros((1, 3)))
 
 
+def test_full_mean_keeps_a_lone_fast_measurement_that_bootstrap_members_miss() -> None:
+    """With ``full_mean`` the mean is a member fitted on every row, the spread the bootstrap
+    members'; a configuration measured much faster than its neighbours stays predicted fast."""
+    rng = np.random.default_rng(1)
+    X = rng.uniform(size=(60, 3))
+    y = X.sum(axis=1)
+    X[0] = [0.5, 0.5, 0.5]
+    y[0] = -3.0  # the lone optimum: every neighbour is near 1.5
+    plain = PerformanceModel(n_models=5, seed=0).fit(X, y)
+    full = PerformanceModel(n_models=5, seed=0, full_mean=True).fit(X, y)
+    # a bootstrap member leaves the optimum out with probability (1 - 1/60)^60, about 1/e
+    assert full.predict(X[:1])[0] < plain.predict(X[:1])[0]
+    assert abs(full.predict(X[:1])[0] - y[0]) < 0.5
+    mean, std = full.predict(X, return_std=True)
+    members = full.predict_members(X)
+    np.testing.assert_allclose(members.mean(axis=0), mean)  # moved onto the full member
+    np.testing.assert_allclose(members.std(axis=0), std)
+    np.testing.assert_allclose(std, plain.predict(X, return_std=True)[1])  # spread unchanged
+    assert full.out_of_bag(len(y)).shape == (5, 60)
+    loaded = PerformanceModel.from_state(full.get_state())
+    np.testing.assert_array_equal(loaded.predict_members(X), members)
+
+
 # ------------------------------------------------------------------------ feasibility
 
 
