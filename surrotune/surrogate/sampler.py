@@ -201,6 +201,11 @@ class SurrogateSampler(BaseSampler):
         model_params: further :class:`~surrotune.surrogate.performance.PerformanceModel`
             options of the performance model (``max_depth``, ``full_mean``, ...), for
             measuring them (docs/BENCHMARKS.md); a warm start's models keep their own.
+        portfolio: choose each proposal's strategy (expected improvement, exploration, the
+            elites' neighbours) by a Hedge over how the model bears out each one's nominees
+            (:meth:`_portfolio`), instead of the fixed ``explore_share`` and ``local_share``;
+            ``portfolio_eta`` is its learning rate, ``portfolio_floor`` the uniform share. Off:
+            under measurement (docs/BENCHMARKS.md). Needs ``space``.
         counter_targets: the counters learned (names of ``COUNTER_TARGETS``); default
             ``DEFAULT_TARGETS`` (occupancy, L2 hit rate, bank conflicts, registers, spills, the
             main stalls: not the throughputs, which restate the objective).
@@ -244,6 +249,9 @@ class SurrogateSampler(BaseSampler):
         launch_features: bool = False,
         alignment: bool = True,
         model_params: Mapping[str, Any] | None = None,
+        portfolio: bool = False,
+        portfolio_eta: float = 1.0,
+        portfolio_floor: float = 0.1,
     ) -> None:
         self._space = space
         self._is_feasible = is_feasible
@@ -279,6 +287,11 @@ class SurrogateSampler(BaseSampler):
         self.launch_features = launch_features
         self.alignment = alignment
         self.model_params = model_params
+        self.portfolio = portfolio
+        self.portfolio_eta = portfolio_eta
+        self.portfolio_floor = portfolio_floor
+        self._gains = np.zeros(3)
+        self._nominees: list[int | None] | None = None
         self._table: _Table | None = None
         self._fit: _Fit | None = None
         self._trial_keys: dict[int, Any] = {}
@@ -368,6 +381,10 @@ class SurrogateSampler(BaseSampler):
             and rng.random() < self.boundary_share
         ):
             boundary = table.boundary_mask(obs.failed_keys)[rows]
+        if self.portfolio:
+            row = self._portfolio(table, fit, obs, rows, pending, rng)
+            _record_prediction(study, trial, obs, fit.direction, float(fit.cand_mean[row]))
+            return table.config(row)
         if (
             self.local_share > 0
             and rng.random() < self.local_share
@@ -391,6 +408,61 @@ class SurrogateSampler(BaseSampler):
         )
         _record_prediction(study, trial, obs, fit.direction, float(fit.cand_mean[rows][choice]))
         return table.config(int(rows[choice]))
+
+    def _portfolio(
+        self,
+        table: _Table,
+        fit: _Fit,
+        obs: _Observed,
+        rows: np.ndarray,
+        pending: np.ndarray,
+        rng: np.random.Generator,
+    ) -> int:
+        """The table row to propose, by a Hedge over three strategies (GP-Hedge: Hoffman,
+        Brochu and de Freitas, "Portfolio allocation for Bayesian optimization", UAI 2011):
+        expected improvement, exploration among the believed candidates, and expected
+        improvement among the elites' one-parameter neighbours. Each nominates a candidate;
+        one is chosen with probability ``∝ exp(eta * gain)``, mixed with a uniform share; at
+        the next proposal every strategy's nominee is scored by the refreshed model (its
+        predicted value, in standard deviations of the predictions above the best), so that
+        the strategies whose nominees the data bear out gain weight, each run its own."""
+        assert fit.cand_mean is not None and fit.cand_std is not None
+        assert fit.cand_ok is not None and self._near is not None
+        mean = fit.cand_mean
+        if self._nominees is not None:
+            scale = float(np.std(mean)) or 1.0
+            for arm, row in enumerate(self._nominees):
+                if row is not None:
+                    self._gains[arm] -= (mean[row] - mean.min()) / scale
+
+        def nominee(subset: np.ndarray, explore: bool) -> int:
+            choice = self._choose(
+                fit, obs, mean[subset], fit.cand_std[subset], fit.cand_ok[subset],
+                self._near[subset], pending_of[subset], None, rng,
+                prior=fit.cand_prior[subset] if fit.cand_prior is not None else None,
+                explore=explore,
+            )  # fmt: skip
+            return int(subset[choice])
+
+        pending_of = np.full(len(mean), np.inf)
+        pending_of[rows] = pending
+        local = self._local_mask(table, obs, rows, fit.direction)
+        nominees: list[int | None] = [
+            nominee(rows, explore=False),
+            nominee(rows, explore=True),
+            nominee(rows[local], explore=False) if local.any() else None,
+        ]
+        available = np.array([n is not None for n in nominees])
+        weights = np.where(available, np.exp(self.portfolio_eta
+                                              * (self._gains - self._gains[available].max())), 0)
+        weights = weights / weights.sum()
+        uniform = available / available.sum()
+        p = (1 - self.portfolio_floor) * weights + self.portfolio_floor * uniform
+        arm = int(rng.choice(len(nominees), p=p))
+        self._nominees = nominees
+        chosen = nominees[arm]
+        assert chosen is not None
+        return chosen
 
     def _local_mask(
         self, table: _Table, obs: _Observed, rows: np.ndarray, direction: str
@@ -419,6 +491,8 @@ class SurrogateSampler(BaseSampler):
             self._near = None
             self._near_seen = set()
             self._warm_sources = None
+            self._gains = np.zeros(3)
+            self._nominees = None
         return self._table
 
     def _observe_space(self, study: Study, trial: FrozenTrial, table: _Table) -> _Observed:
@@ -762,14 +836,19 @@ class SurrogateSampler(BaseSampler):
         boundary: np.ndarray | None,
         rng: np.random.Generator,
         prior: np.ndarray | None = None,
+        explore: bool | None = None,
     ) -> int:
         """Index of the best candidate by the acquisition (or by boundary uncertainty, or, for
         an ``explore_share`` of proposals, by distance among the candidates the model believes
-        in)."""
+        in; ``explore`` True or False decides that instead of the share)."""
         if not self.use_classifier:  # ablation: failures teach nothing, P(ok) = 1 everywhere
             p_ok = np.ones_like(mean)
             boundary = None
-        if self.explore_share > 0 and len(mean) > 10 and rng.random() < self.explore_share:
+        if explore is None:
+            explore = (
+                self.explore_share > 0 and len(mean) > 10 and rng.random() < self.explore_share
+            )
+        if explore:
             believed = mean <= np.quantile(mean, self.explore_top)
             believed &= p_ok >= self.gate_threshold
             if believed.any():
