@@ -204,7 +204,8 @@ class SurrogateSampler(BaseSampler):
         portfolio: choose each proposal's strategy (expected improvement, exploration, the
             elites' neighbours) by a Hedge over how the model bears out each one's nominees
             (:meth:`_portfolio`), instead of the fixed ``explore_share`` and ``local_share``;
-            ``portfolio_eta`` is its learning rate, ``portfolio_floor`` the uniform share. Off:
+            ``portfolio_eta`` is its learning rate, ``portfolio_floor`` the uniform share,
+            ``portfolio_reward`` how a strategy is scored (``model`` or ``outcome``). Off:
             under measurement (docs/BENCHMARKS.md). Needs ``space``.
         counter_targets: the counters learned (names of ``COUNTER_TARGETS``); default
             ``DEFAULT_TARGETS`` (occupancy, L2 hit rate, bank conflicts, registers, spills, the
@@ -252,6 +253,7 @@ class SurrogateSampler(BaseSampler):
         portfolio: bool = False,
         portfolio_eta: float = 1.0,
         portfolio_floor: float = 0.1,
+        portfolio_reward: str = "model",
     ) -> None:
         self._space = space
         self._is_feasible = is_feasible
@@ -290,6 +292,12 @@ class SurrogateSampler(BaseSampler):
         self.portfolio = portfolio
         self.portfolio_eta = portfolio_eta
         self.portfolio_floor = portfolio_floor
+        if portfolio_reward not in ("model", "outcome"):
+            raise ValueError(
+                f"portfolio_reward must be 'model' or 'outcome'; got {portfolio_reward!r}"
+            )
+        self.portfolio_reward = portfolio_reward
+        self._arm_of: dict[int, tuple[int, float]] = {}
         self._gains = np.zeros(3)
         self._nominees: list[int | None] | None = None
         self._table: _Table | None = None
@@ -382,7 +390,7 @@ class SurrogateSampler(BaseSampler):
         ):
             boundary = table.boundary_mask(obs.failed_keys)[rows]
         if self.portfolio:
-            row = self._portfolio(table, fit, obs, rows, pending, rng)
+            row = self._portfolio(table, fit, obs, rows, pending, rng, trial.number)
             _record_prediction(study, trial, obs, fit.direction, float(fit.cand_mean[row]))
             return table.config(row)
         if (
@@ -417,6 +425,7 @@ class SurrogateSampler(BaseSampler):
         rows: np.ndarray,
         pending: np.ndarray,
         rng: np.random.Generator,
+        number: int,
     ) -> int:
         """The table row to propose, by a Hedge over three strategies (GP-Hedge: Hoffman,
         Brochu and de Freitas, "Portfolio allocation for Bayesian optimization", UAI 2011):
@@ -425,11 +434,18 @@ class SurrogateSampler(BaseSampler):
         one is chosen with probability ``∝ exp(eta * gain)``, mixed with a uniform share; at
         the next proposal every strategy's nominee is scored by the refreshed model (its
         predicted value, in standard deviations of the predictions above the best), so that
-        the strategies whose nominees the data bear out gain weight, each run its own."""
+        the strategies whose nominees the data bear out gain weight, each run its own.
+
+        With ``portfolio_reward="outcome"`` only the chosen strategy is scored, by what its
+        proposal measured: 1 where it set a new best, else 0, divided by the probability it
+        was chosen with (EXP3's unbiased estimate), so that the model's own optimism about
+        the nominees of strategies it never tests does not decide."""
         assert fit.cand_mean is not None and fit.cand_std is not None
         assert fit.cand_ok is not None and self._near is not None
         mean = fit.cand_mean
-        if self._nominees is not None:
+        if self.portfolio_reward == "outcome":
+            self._reward_outcomes(obs, fit.direction)
+        elif self._nominees is not None:
             scale = float(np.std(mean)) or 1.0
             for arm, row in enumerate(self._nominees):
                 if row is not None:
@@ -460,9 +476,24 @@ class SurrogateSampler(BaseSampler):
         p = (1 - self.portfolio_floor) * weights + self.portfolio_floor * uniform
         arm = int(rng.choice(len(nominees), p=p))
         self._nominees = nominees
+        self._arm_of[number] = (arm, float(p[arm]))
         chosen = nominees[arm]
         assert chosen is not None
         return chosen
+
+    def _reward_outcomes(self, obs: _Observed, direction: str) -> None:
+        """Score the strategies of the portfolio's proposals measured since the last call:
+        ``1 / p`` to the strategy of each that set a new best (in trial order)."""
+        sign = -1.0 if direction == "maximize" else 1.0
+        best = math.inf
+        for number, value in zip(obs.numbers, obs.values, strict=True):
+            improved = value is not None and sign * value < best
+            if value is not None:
+                best = min(best, sign * value)
+            chosen = self._arm_of.pop(number, None)
+            if chosen is not None and improved:
+                arm, p = chosen
+                self._gains[arm] += 1.0 / p
 
     def _local_mask(
         self, table: _Table, obs: _Observed, rows: np.ndarray, direction: str
@@ -493,6 +524,7 @@ class SurrogateSampler(BaseSampler):
             self._warm_sources = None
             self._gains = np.zeros(3)
             self._nominees = None
+            self._arm_of = {}
         return self._table
 
     def _observe_space(self, study: Study, trial: FrozenTrial, table: _Table) -> _Observed:

@@ -261,6 +261,23 @@ def test_portfolio_follows_the_strategy_with_the_most_gain(tmp_path: Path) -> No
     assert checked >= 5
 
 
+def test_portfolio_outcome_reward_credits_the_strategy_that_set_a_new_best() -> None:
+    from surrotune.surrogate.sampler import _Observed
+
+    sampler = SurrogateSampler(seed=0, portfolio=True, portfolio_reward="outcome")
+    obs = _Observed(values=[5.0, 4.0, None, 4.5, 3.0], numbers=[0, 1, 2, 3, 4])
+    # trials 1 (a new best), 2 (failed), 3 (no new best), 4 (a new best) came from the portfolio
+    sampler._arm_of = {1: (2, 0.5), 2: (0, 0.25), 3: (1, 0.25), 4: (0, 0.8)}
+    sampler._reward_outcomes(obs, "minimize")
+    np.testing.assert_allclose(sampler._gains, [1 / 0.8, 0.0, 1 / 0.5])  # 1 / p, EXP3's way
+    assert sampler._arm_of == {}  # each outcome counted once
+    sampler._arm_of = {3: (1, 0.5)}
+    sampler._reward_outcomes(obs, "maximize")  # 5.0 > 4.5: not a new best when maximising
+    np.testing.assert_allclose(sampler._gains, [1 / 0.8, 0.0, 1 / 0.5])
+    with pytest.raises(ValueError, match="portfolio_reward"):
+        SurrogateSampler(portfolio_reward="regret")
+
+
 def test_explore_share_takes_the_farthest_of_the_candidates_the_model_believes_in() -> None:
     """With explore_share=1 every proposal goes to the candidate farthest from anything
     evaluated among the best-predicted tenth that the feasibility gate lets through."""
