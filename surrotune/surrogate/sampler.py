@@ -205,7 +205,8 @@ class SurrogateSampler(BaseSampler):
             elites' neighbours) by a Hedge over how the model bears out each one's nominees
             (:meth:`_portfolio`), instead of the fixed ``explore_share`` and ``local_share``;
             ``portfolio_eta`` is its learning rate, ``portfolio_floor`` the uniform share,
-            ``portfolio_reward`` how a strategy is scored (``model`` or ``outcome``). Off:
+            ``portfolio_reward`` how a strategy is scored (``model`` or ``outcome``);
+            ``portfolio_explore`` False keeps exploration out of it, at ``explore_share``. Off:
             under measurement (docs/BENCHMARKS.md). Needs ``space``.
         counter_targets: the counters learned (names of ``COUNTER_TARGETS``); default
             ``DEFAULT_TARGETS`` (occupancy, L2 hit rate, bank conflicts, registers, spills, the
@@ -254,6 +255,7 @@ class SurrogateSampler(BaseSampler):
         portfolio_eta: float = 1.0,
         portfolio_floor: float = 0.1,
         portfolio_reward: str = "model",
+        portfolio_explore: bool = True,
     ) -> None:
         self._space = space
         self._is_feasible = is_feasible
@@ -297,6 +299,7 @@ class SurrogateSampler(BaseSampler):
                 f"portfolio_reward must be 'model' or 'outcome'; got {portfolio_reward!r}"
             )
         self.portfolio_reward = portfolio_reward
+        self.portfolio_explore = portfolio_explore
         self._arm_of: dict[int, tuple[int, float]] = {}
         self._gains = np.zeros(3)
         self._nominees: list[int | None] | None = None
@@ -462,10 +465,12 @@ class SurrogateSampler(BaseSampler):
 
         pending_of = np.full(len(mean), np.inf)
         pending_of[rows] = pending
+        if not self.portfolio_explore and rng.random() < self.explore_share:
+            return nominee(rows, explore=True)  # exploration kept at its fixed share
         local = self._local_mask(table, obs, rows, fit.direction)
         nominees: list[int | None] = [
             nominee(rows, explore=False),
-            nominee(rows, explore=True),
+            nominee(rows, explore=True) if self.portfolio_explore else None,
             nominee(rows[local], explore=False) if local.any() else None,
         ]
         available = np.array([n is not None for n in nominees])

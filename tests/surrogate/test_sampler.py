@@ -261,6 +261,28 @@ def test_portfolio_follows_the_strategy_with_the_most_gain(tmp_path: Path) -> No
     assert checked >= 5
 
 
+@pytest.mark.parametrize("inside", [True, False])
+def test_portfolio_explore_false_keeps_exploration_at_its_fixed_share(
+    tmp_path: Path, inside: bool
+) -> None:
+    study, space, backend = _portfolio_study(
+        tmp_path, portfolio_explore=inside, explore_share=0.0, portfolio_reward="outcome"
+    )
+    sampler = study.sampler
+    asked: list[bool | None] = []
+    choose = sampler._choose
+
+    def spy(*args: Any, **kwargs: Any) -> int:
+        asked.append(kwargs.get("explore"))
+        return choose(*args, **kwargs)
+
+    sampler._choose = spy
+    Runner(study=study, space=space, backend=backend, trials=10, batch_size=1).run()
+    assert asked  # the portfolio made proposals
+    # inside, exploration nominates at every proposal; outside, at its share: never here
+    assert (True in asked) == inside
+
+
 def test_portfolio_outcome_reward_credits_the_strategy_that_set_a_new_best() -> None:
     from surrotune.surrogate.sampler import _Observed
 
