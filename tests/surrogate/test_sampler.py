@@ -283,6 +283,18 @@ def test_portfolio_explore_false_keeps_exploration_at_its_fixed_share(
     assert (True in asked) == inside
 
 
+def test_model_params_reach_the_performance_model(tmp_path: Path) -> None:
+    dataset = load_dataset(write_kt_cache(tmp_path / "tiny.json"))
+    space = SearchSpace(dataset.parameters, [])
+    sampler = SurrogateSampler(space=space, seed=0, n_startup_trials=4,
+                               model_params={"full_mean": True, "max_depth": 3})  # fmt: skip
+    study = optuna.create_study(direction="minimize", sampler=sampler)
+    Runner(study=study, space=space, backend=ReplayBackend(dataset), trials=8,
+           batch_size=1).run()  # fmt: skip
+    perf = sampler._fit.perf
+    assert perf.full_mean and perf.max_depth == 3 and perf.full_ is not None
+
+
 def test_portfolio_outcome_reward_credits_the_strategy_that_set_a_new_best() -> None:
     from surrotune.surrogate.sampler import _Observed
 
