@@ -142,10 +142,7 @@ class SurrogateSampler(BaseSampler):
             default, measured like ``boundary_share``; pending ones are always penalised).
         pending_weight: penalty weight for proximity to pending (RUNNING/WAITING) ones.
         local_share: the share of proposals restricted to configurations one parameter away
-            from the ``local_elites`` best measured ones ...
-        local_after_stall: ... counted only once this many evaluations in a row brought no
-            new best (0: always). Off with ``local_share`` 0, the default; measured in
-            docs/BENCHMARKS.md.
+            from the ``local_elites`` best measured ones.
         explore_share: the share of proposals that go to the candidate *farthest* from every
             evaluated (and pending) configuration among those the model ranks in its best
             ``explore_top`` fraction (and the gate lets through). An ensemble of trees is
@@ -237,7 +234,6 @@ class SurrogateSampler(BaseSampler):
         use_classifier: bool = True,
         local_share: float = 0.0,
         local_elites: int = 3,
-        local_after_stall: int = 0,
         explore_share: float = 0.2,
         explore_top: float = 0.1,
         warm_start: Sequence[ModelBundle | str | Path] | WarmStart | None = None,
@@ -277,7 +273,6 @@ class SurrogateSampler(BaseSampler):
         self.use_classifier = use_classifier
         self.local_share = local_share
         self.local_elites = local_elites
-        self.local_after_stall = local_after_stall
         self.explore_share = explore_share
         self.explore_top = explore_top
         self.length_scale = length_scale
@@ -396,11 +391,7 @@ class SurrogateSampler(BaseSampler):
             row = self._portfolio(table, fit, obs, rows, pending, rng, trial.number)
             _record_prediction(study, trial, obs, fit.direction, float(fit.cand_mean[row]))
             return table.config(row)
-        if (
-            self.local_share > 0
-            and rng.random() < self.local_share
-            and _since_best(obs, fit.direction) >= self.local_after_stall
-        ):
+        if self.local_share > 0 and rng.random() < self.local_share:
             local = self._local_mask(table, obs, rows, fit.direction)
             if local.any():
                 rows = rows[local]
@@ -1100,16 +1091,6 @@ def _device_of(study: Study, trials: Sequence[FrozenTrial]) -> dict[str, Any] | 
     if not limits and not device:
         return None
     return describe_device(device, limits)
-
-
-def _since_best(obs: _Observed, direction: str) -> int:
-    """Evaluations (failures included) learned since the best measured one, in trial order."""
-    ok = [(v, i) for i, v in enumerate(obs.values) if v is not None]
-    if not ok:
-        return obs.n
-    sign = -1.0 if direction == "maximize" else 1.0
-    best = min(ok, key=lambda vi: (sign * vi[0], vi[1]))[1]
-    return obs.n - 1 - best
 
 
 def _record_prediction(
