@@ -248,7 +248,7 @@ class SurrogateSampler(BaseSampler):
         alignment: bool = True,
         model_params: Mapping[str, Any] | None = None,
         portfolio: bool = False,
-        portfolio_eta: float = 1.0,
+        portfolio_eta: float = 0.2,
         portfolio_floor: float = 0.1,
         portfolio_reward: str = "model",
         portfolio_explore: bool = True,
