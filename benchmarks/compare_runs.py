@@ -13,19 +13,19 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import json
 import statistics
 from collections import defaultdict
 from pathlib import Path
 
 from surrotune.bench import metrics
-from surrotune.bench.harness import prepare_dataset
+from surrotune.bench.harness import RunRecord, prepare_dataset
 
 
-def read_runs(path: Path) -> list[dict]:
+def read_runs(path: Path) -> list[RunRecord]:
+    """The records of a ``runs.jsonl`` (gzipped or not), as `surrotune bench` reads them."""
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt") as handle:
-        return [json.loads(line) for line in handle if line.strip()]
+        return [RunRecord.from_json(line) for line in handle if line.strip()]
 
 
 def parse_seeds(text: str) -> set[int]:
@@ -53,16 +53,16 @@ def main(argv: list[str] | None = None) -> int:
     table: dict[tuple[str, str], dict[int, tuple[int, bool]]] = defaultdict(dict)
     for path in args.runs:
         for run in read_runs(path):
-            bench = info.get(run["dataset"])
-            if bench is None or run["seed"] not in seeds:
-                continue
-            if wanted and run["sampler"] not in wanted:
+            bench = info.get(run.dataset)
+            if bench is None or run.seed not in seeds or run.stop_reason == "error":
+                continue  # an errored run is left out, as bench.md leaves it out
+            if wanted and run.sampler not in wanted:
                 continue
             reached = metrics.evaluations_to_reach(
-                run["values"], bench.optimum, bench.direction, args.target
+                run.values, bench.optimum, bench.direction, args.target
             )
-            table[run["dataset"], run["sampler"]][run["seed"]] = (
-                (reached, True) if reached is not None else (run["budget"] + 1, False)
+            table[run.dataset, run.sampler][run.seed] = (
+                (reached, True) if reached is not None else (run.budget + 1, False)
             )
     print(f"evaluations to {args.target:.0%} of the optimum, seeds {args.seeds}")
     print(f"{'dataset':28} {'sampler':28} {'median':>7} {'hit':>6}  per seed")

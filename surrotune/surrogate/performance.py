@@ -135,6 +135,10 @@ class PerformanceModel:
             "base_score": 0.0,
             "verbosity": 0,
         }
+        def train(rows: np.ndarray, seed: int) -> Any:
+            data = xgb.DMatrix(X[rows], label=target[rows], nthread=self.n_jobs)
+            return xgb.train({**params, "seed": seed}, data, num_boost_round=self.n_estimators)
+
         self.boosters_ = []
         self.rows_ = []
         for k in range(self.n_models):
@@ -145,18 +149,9 @@ class PerformanceModel:
                 else np.arange(len(y))
             )
             self.rows_.append(rows)
-            data = xgb.DMatrix(X[rows], label=target[rows], nthread=self.n_jobs)
-            booster = xgb.train(
-                {**params, "seed": self.seed + k}, data, num_boost_round=self.n_estimators
-            )
-            self.boosters_.append(booster)
-        self.full_ = None
-        if self.full_mean:
-            data = xgb.DMatrix(X, label=target, nthread=self.n_jobs)
-            self.full_ = xgb.train(
-                {**params, "seed": self.seed + self.n_models}, data,
-                num_boost_round=self.n_estimators,
-            )  # fmt: skip
+            self.boosters_.append(train(rows, self.seed + k))
+        everything = np.arange(len(y))
+        self.full_ = train(everything, self.seed + self.n_models) if self.full_mean else None
         return self
 
     @overload

@@ -445,24 +445,25 @@ class SurrogateSampler(BaseSampler):
                 if row is not None:
                     self._gains[arm] -= (mean[row] - mean.min()) / scale
 
-        def nominee(subset: np.ndarray, explore: bool) -> int:
+        def nominee(among: np.ndarray | slice, explore: bool) -> int:
+            """The table row ``_choose`` picks among ``rows[among]``."""
+            subset = rows[among]
             choice = self._choose(
                 fit, obs, mean[subset], fit.cand_std[subset], fit.cand_ok[subset],
-                self._near[subset], pending_of[subset], None, rng,
+                self._near[subset], pending[among], None, rng,
                 prior=fit.cand_prior[subset] if fit.cand_prior is not None else None,
                 explore=explore,
             )  # fmt: skip
             return int(subset[choice])
 
-        pending_of = np.full(len(mean), np.inf)
-        pending_of[rows] = pending
+        every = slice(None)
         if not self.portfolio_explore and rng.random() < self.explore_share:
-            return nominee(rows, explore=True)  # exploration kept at its fixed share
+            return nominee(every, explore=True)  # exploration kept at its fixed share
         local = self._local_mask(table, obs, rows, fit.direction)
         nominees: list[int | None] = [
-            nominee(rows, explore=False),
-            nominee(rows, explore=True) if self.portfolio_explore else None,
-            nominee(rows[local], explore=False) if local.any() else None,
+            nominee(every, explore=False),
+            nominee(every, explore=True) if self.portfolio_explore else None,
+            nominee(local, explore=False) if local.any() else None,
         ]
         available = np.array([n is not None for n in nominees])
         weights = np.where(available, np.exp(self.portfolio_eta
