@@ -110,6 +110,46 @@ def test_recording_names_an_h200(recording: Dataset) -> None:
     assert (device.get("major"), device.get("minor")) == (9, 0)  # Hopper, sm_90
 
 
+# ------------------------------------------------------------------- every H200 recording
+
+#: every shipped brute-force recording and the experiment (and sizes) it was recorded from
+SHIPPED = sorted((REPO / "experiments" / "datasets").glob("*_h200.json.gz"))
+
+
+def _experiment_of(path: Path) -> Path:
+    """``gemm_1024_h200.json.gz`` -> ``experiments/gemm.toml``: the kernel is the first word."""
+    return REPO / "experiments" / f"{path.name.split('_')[0]}.toml"
+
+
+def test_every_template_with_a_recording_is_shipped() -> None:
+    kernels = {p.name.split("_")[0] for p in SHIPPED}
+    assert {"gemm", "reduction", "transpose", "layernorm", "softmax"} <= kernels
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
+def test_a_recording_is_its_experiment_s_whole_feasible_space(path: Path) -> None:
+    """A recording is a brute force: every feasible configuration of its experiment once, each
+    ok one verified and timed, each failure with a Status and the message that says why."""
+    recording = load_dataset(path)
+    exp = load_experiment(_experiment_of(path))
+    assert recording.parameters == {name: list(v) for name, v in exp.parameters.items()}
+    assert recording.constraints == exp.constraints
+    assert "H200" in recording.device_name
+    assert exp.reference is not None
+    space = SearchSpace(exp.parameters, exp.constraints, recording.problem_size)
+    feasible = {space.key(row) for row in space.enumerate().to_dict("records")}
+    assert {space.key(r.config) for r in recording.results.values()} == feasible
+    for result in recording.results.values():
+        if result.ok:
+            assert result.times_ms and result.objective == statistics.median(result.times_ms)
+            error = result.verification_error  # checked against the experiment's reference
+            assert error is not None and error <= exp.reference.rtol
+            assert result.compile_time_ms is not None and result.compile_time_ms > 0
+        else:
+            assert result.status is not Status.OK and result.objective is None and result.error
+    assert recording.optimum.ok
+
+
 # ------------------------------------------------------------------- the quickstart
 
 
