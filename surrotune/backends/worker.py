@@ -492,24 +492,26 @@ def check_inputs(experiment: Experiment, values: Mapping[str, Any]) -> None:
             )
 
 
-def relative_l2_error(output: Any, expected: Any) -> float:
+def relative_l2_error(output: Any, expected: Any, xp: Any = np) -> float:
     """‖output − expected‖ / ‖expected‖ over all elements, in double precision.
 
     ``inf`` when the output holds NaN or inf (an unwritten, poisoned element), so that any
     ``error <= rtol`` test fails. With an all-zero reference the absolute norm is returned, since
-    no relative error exists.
+    no relative error exists. ``xp`` is the array module that does the arithmetic: NumPy for
+    host arrays, CuPy where both arrays are on the GPU, so that checking a large output costs
+    no copy to the host and no host pass over it (the same formula, only scalars come back).
     """
-    out = np.asarray(output)
-    ref = np.asarray(expected)
+    out = xp.asarray(output)
+    ref = xp.asarray(expected)
     if out.size != ref.size:
         raise ValueError(f"output has {out.size} elements but the reference has {ref.size}")
-    wide = np.complex128 if out.dtype.kind == "c" or ref.dtype.kind == "c" else np.float64
-    out = out.ravel().astype(wide)
-    ref = ref.ravel().astype(wide)
-    if not np.all(np.isfinite(out)):
+    wide = xp.complex128 if out.dtype.kind == "c" or ref.dtype.kind == "c" else xp.float64
+    out = out.ravel().astype(wide, copy=False)
+    ref = ref.ravel().astype(wide, copy=False)
+    if not bool(xp.all(xp.isfinite(out))):
         return math.inf
-    difference = float(np.linalg.norm(out - ref))
-    norm = float(np.linalg.norm(ref))
+    difference = float(xp.linalg.norm(out - ref))
+    norm = float(xp.linalg.norm(ref))
     return difference / norm if norm > 0 else difference
 
 
@@ -832,6 +834,7 @@ def cuda_worker(init: CudaWorkerInit) -> tuple[dict[str, Any], Callable[[LaunchJ
         },
         fills={arg.name: arg.fill for arg in experiment.arguments},
         expected=expected,
+        expected_on_device=expected_on_device(cupy, expected),
         rtol=rtol,
     )
     cupy.cuda.Device().synchronize()
@@ -850,6 +853,31 @@ def cuda_worker(init: CudaWorkerInit) -> tuple[dict[str, Any], Callable[[LaunchJ
     return props, state.run
 
 
+#: the device-side check may take at most this share of the GPU's free memory: the reference in
+#: double precision plus two temporaries of its size (the output widened, the difference)
+_DEVICE_CHECK_SHARE = 0.5
+
+
+def expected_on_device(cupy: Any, expected: Mapping[str, np.ndarray]) -> dict[str, Any] | None:
+    """The expected outputs copied to the GPU once, or None where they would crowd it.
+
+    Checking a large output on the host costs a copy of it to the host and a pass over it in
+    double precision there, on one CPU core, for every trial: for a 4096 x 4096 float32 output
+    that is longer than timing most kernels ten times (docs/BENCHMARKS.md). On the GPU it is a
+    few passes at memory bandwidth. Where the reference and the check's two temporaries would
+    take more than half the free GPU memory, the check stays on the host.
+    """
+    wide = sum(np.dtype(np.complex128 if a.dtype.kind == "c" else np.float64).itemsize * a.size
+               for a in expected.values())  # fmt: skip
+    try:
+        free, _total = cupy.cuda.runtime.memGetInfo()
+        if 3 * wide > _DEVICE_CHECK_SHARE * free:
+            return None
+        return {name: cupy.asarray(array) for name, array in expected.items()}
+    except cupy.cuda.memory.OutOfMemoryError:
+        return None
+
+
 @dataclass
 class _CudaState:
     """The worker's GPU-side state and the job loop body."""
@@ -859,6 +887,8 @@ class _CudaState:
     poisoned: dict[str, Any]  # outputs (and scratch buffers), reset before each check
     expected: dict[str, np.ndarray]  # by output name
     rtol: float
+    #: the same on the GPU, where the check then runs (None: checked on the host)
+    expected_on_device: dict[str, Any] | None = None
     working_set_bytes: int = 0  # every array argument: what a launch touches at most
     l2_bytes: int | None = None
     clocks: ClockReader = field(default_factory=lambda: NoClocks("not opened"))
@@ -907,10 +937,8 @@ class _CudaState:
             launch()
             phase = "running"
             cupy.cuda.Device().synchronize()
-            errors = {
-                name: relative_l2_error(self.poisoned[name].get(), expected)
-                for name, expected in self.expected.items()
-            }
+            phase = "checking the outputs"
+            errors = self._errors()
             worst = max(errors.values(), default=0.0)
             failures = [
                 self._describe(name, error)
@@ -929,6 +957,24 @@ class _CudaState:
         except Exception:
             return answer(Status.RUNTIME, f"{phase}: {traceback.format_exc()}")
         return answer(Status.OK, verification_error=worst, **timing)
+
+    def _errors(self) -> dict[str, float]:
+        """Each output's relative L2 error against the reference, on the GPU where it fits."""
+        cupy = self.cupy
+        if self.expected_on_device is not None:
+            try:
+                return {
+                    name: relative_l2_error(self.poisoned[name], expected, xp=cupy)
+                    for name, expected in self.expected_on_device.items()
+                }
+            except cupy.cuda.memory.OutOfMemoryError:
+                # the temporaries did not fit beside this configuration's needs: host from now on
+                self.expected_on_device = None
+                cupy.get_default_memory_pool().free_all_blocks()
+        return {
+            name: relative_l2_error(self.poisoned[name].get(), expected)
+            for name, expected in self.expected.items()
+        }
 
     def _time(self, job: LaunchJob, launch: Callable[[], None]) -> dict[str, Any]:
         """Time launches in rounds until :func:`next_round` says stop; every time is kept.

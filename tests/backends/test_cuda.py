@@ -376,6 +376,8 @@ def test_relative_l2_error() -> None:
         relative_l2_error(np.ones(3), reference)
     ints = np.array([1, 2, np.iinfo(np.int32).min], np.int32)  # an unwritten, poisoned element
     assert relative_l2_error(ints, np.array([1, 2, 3])) > 1e8
+    complex_ref = np.array([1 + 1j, 2.0])
+    assert relative_l2_error(complex_ref.astype(np.complex64), complex_ref, xp=np) == 0.0
 
 
 def test_compute_expected(vadd: Experiment) -> None:
@@ -519,6 +521,20 @@ def test_gpu_correct_configs(gpu_backend: CudaBackend) -> None:
 
 
 @pytest.mark.gpu
+def test_gpu_check_on_the_device_equals_the_host_check() -> None:
+    import cupy
+
+    rng = np.random.default_rng(0)
+    expected = rng.standard_normal(1 << 22)
+    output = (expected * (1 + 1e-6 * rng.standard_normal(expected.size))).astype(np.float32)
+    on_gpu = relative_l2_error(cupy.asarray(output), cupy.asarray(expected), xp=cupy)
+    assert on_gpu == pytest.approx(relative_l2_error(output, expected), rel=1e-9)
+    assert 1e-8 < on_gpu < 1e-5
+    output[12345] = np.nan  # an unwritten, poisoned element
+    assert relative_l2_error(cupy.asarray(output), cupy.asarray(expected), xp=cupy) == math.inf
+
+
+@pytest.mark.gpu
 @pytest.mark.nvcc
 def test_gpu_half_written_output_is_a_correctness_failure(gpu_backend: CudaBackend) -> None:
     (result,) = gpu_backend.evaluate([config(mode=1)])
@@ -589,8 +605,15 @@ class _FakeRuntimeError(Exception):
 
 
 class _DeviceArray(np.ndarray):
+    copies_to_host = 0  # how many times an array came back to the host
+
     def get(self) -> np.ndarray:
+        _DeviceArray.copies_to_host += 1
         return np.array(self)
+
+
+class _FakeOutOfMemory(Exception):
+    pass
 
 
 class _FakeEvent:
@@ -612,6 +635,7 @@ class _FakeGpu:
     clock = 0
     pending: str | None = None
     launches = 0
+    free_bytes = 80 * 2**30  # what memGetInfo says is free
 
     @classmethod
     def synchronize(cls) -> None:
@@ -683,6 +707,7 @@ def _fake_cupy() -> Any:
         deviceGetAttribute=lambda attribute, device: 1980000 if attribute == 13 else -1,
         runtimeGetVersion=lambda: 13000,
         driverGetVersion=lambda: 13000,
+        memGetInfo=lambda: (_FakeGpu.free_bytes, 141 * 2**30),
     )
     cuda = SimpleNamespace(
         Device=Device,
@@ -695,8 +720,19 @@ def _fake_cupy() -> Any:
             funcSetAttribute=_fake_func_set_attribute,
         ),
         function=SimpleNamespace(Module=_FakeGpu.Module),
+        memory=SimpleNamespace(OutOfMemoryError=_FakeOutOfMemory),
     )
-    return SimpleNamespace(cuda=cuda, asarray=lambda x: np.array(x).view(_DeviceArray))
+    # the array functions that the check on the GPU uses, NumPy's (CuPy's have the same meaning)
+    return SimpleNamespace(
+        cuda=cuda,
+        asarray=lambda x: np.array(x).view(_DeviceArray),
+        float64=np.float64,
+        complex128=np.complex128,
+        all=np.all,
+        isfinite=np.isfinite,
+        linalg=np.linalg,
+        get_default_memory_pool=lambda: SimpleNamespace(free_all_blocks=lambda: None),
+    )
 
 
 @pytest.fixture
@@ -704,6 +740,8 @@ def fake_cupy(monkeypatch: pytest.MonkeyPatch) -> Any:
     import sys
 
     _FakeGpu.pending, _FakeGpu.launches = None, 0
+    _FakeGpu.free_bytes = 80 * 2**30
+    _DeviceArray.copies_to_host = 0
     module = _fake_cupy()
     monkeypatch.setitem(sys.modules, "cupy", module)
     return module
@@ -726,6 +764,53 @@ def test_worker_body_times_a_correct_kernel(vadd: Experiment, fake_cupy: Any) ->
     assert _FakeGpu.launches == 1 + 2 + 3  # checked, warm-up, timed
     # a second job is verified against freshly poisoned outputs, not the previous results
     assert handle(job(b"half")).status is Status.CORRECTNESS
+
+
+def test_worker_checks_outputs_on_the_gpu_where_they_fit(vadd: Experiment, fake_cupy: Any) -> None:
+    """The reference goes to the GPU once; a check then copies nothing back but scalars."""
+    from surrotune.backends.worker import CudaWorkerInit, cuda_worker
+
+    _, handle = cuda_worker(CudaWorkerInit(vadd, 0))
+    assert handle(job(b"add")).status is Status.OK
+    bad = handle(job(b"half"))
+    assert bad.status is Status.CORRECTNESS and bad.verification_error == math.inf
+    assert _DeviceArray.copies_to_host == 0
+
+
+def test_worker_checks_on_the_host_where_the_gpu_is_short(
+    vadd: Experiment, fake_cupy: Any
+) -> None:
+    """Too little free memory for the reference and two temporaries: the host checks, alike."""
+    from surrotune.backends.worker import CudaWorkerInit, cuda_worker
+
+    _FakeGpu.free_bytes = 1000  # vadd's reference is 10,000 doubles
+    _, handle = cuda_worker(CudaWorkerInit(vadd, 0))
+    good, bad = handle(job(b"add")), handle(job(b"half"))
+    assert good.status is Status.OK and good.verification_error == 0.0
+    assert bad.status is Status.CORRECTNESS and bad.verification_error == math.inf
+    assert _DeviceArray.copies_to_host == 2  # one output copied back per check
+
+
+def test_worker_falls_back_to_the_host_when_the_check_runs_out_of_memory(
+    vadd: Experiment, fake_cupy: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An out-of-memory error in the GPU check costs that check's place, not the trial."""
+    from surrotune.backends import worker
+    from surrotune.backends.worker import CudaWorkerInit, cuda_worker
+
+    host_check = worker.relative_l2_error
+
+    def short_of_memory(output: Any, expected: Any, xp: Any = np) -> float:
+        if xp is not np:
+            raise _FakeOutOfMemory("out of memory allocating 80,000 bytes")
+        return host_check(output, expected)
+
+    monkeypatch.setattr(worker, "relative_l2_error", short_of_memory)
+    _, handle = cuda_worker(CudaWorkerInit(vadd, 0))
+    first, second = handle(job(b"add")), handle(job(b"add"))
+    assert first.status is Status.OK and first.verification_error == 0.0
+    assert second.status is Status.OK
+    assert _DeviceArray.copies_to_host == 2  # the GPU check was tried once, then left off
 
 
 def test_worker_body_reports_unwritten_outputs(vadd: Experiment, fake_cupy: Any) -> None:
