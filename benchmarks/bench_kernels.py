@@ -5,13 +5,17 @@ root:
 
     python3 benchmarks/bench_kernels.py --trials 100 --out kernels.json
         [--kernels reduction,transpose,convolution,layernorm,softmax,gemm] [--repeats 50]
+        [--from-recordings]
 
 For each kernel: ``surrotune run experiments/<kernel>.toml`` tunes it (the user's command, the
 surrogate sampler, ``--trials`` evaluations, a fresh SQLite storage, sanitizer off); the best
 configuration is then measured again through the ``cuda`` backend (``--repeats`` timed launches,
 median) and, in this process, on inputs built the same way (same shapes, same seed), the library
 call is timed with CUDA events, one pair of events per launch, the L2 cache flushed before each
-launch when the experiment's working set fits in it (as the backend does). The library's output is
+launch when the experiment's working set fits in it (as the backend does). With
+``--from-recordings`` nothing is tuned: each kernel's configuration is the optimum of its shipped
+brute-force recording (``experiments/datasets/<kernel>_h200.json.gz``), the best the template can
+do, measured again in this run beside the library. The library's output is
 checked against the experiment's float64 reference with the experiment's tolerance, so that the
 two compute the same thing.
 
@@ -87,6 +91,14 @@ def best_configuration(storage: Path, study: str) -> tuple[dict[str, Any], dict[
         status = t.user_attrs.get("status", t.state.name.lower())
         statuses[status] = statuses.get(status, 0) + 1
     return dict(best.params), {"trials": len(loaded.trials), "statuses": statuses}
+
+
+def recorded_optimum(kernel: str) -> dict[str, Any]:
+    """The optimum of the kernel's shipped brute-force recording at its default size."""
+    from surrotune.backends.replay import load_dataset
+
+    recording = load_dataset(REPO / "experiments" / "datasets" / f"{kernel}_h200.json.gz")
+    return dict(recording.optimum.config)
 
 
 def remeasure(experiment: Any, config: Mapping[str, Any], repeats: int) -> float:
@@ -197,9 +209,12 @@ def measure_kernel(kernel: str, args: argparse.Namespace, workdir: Path) -> dict
     from surrotune.experiment import load_experiment
 
     experiment = load_experiment(REPO / "experiments" / f"{kernel}.toml")
-    storage, tune_s = tune(kernel, args.trials, args.tune_timeout, workdir)
-    study = experiment.storage.study if experiment.storage else kernel
-    config, summary = best_configuration(storage, study)
+    if args.from_recordings:
+        config, summary, tune_s = recorded_optimum(kernel), {"source": "recording"}, 0.0
+    else:
+        storage, tune_s = tune(kernel, args.trials, args.tune_timeout, workdir)
+        study = experiment.storage.study if experiment.storage else kernel
+        config, summary = best_configuration(storage, study)
     ours_ms = remeasure(experiment, config, args.repeats)
 
     host = create_inputs(experiment.arguments, experiment.sizes, experiment.evaluation.seed)
@@ -232,6 +247,8 @@ def main() -> int:
     parser.add_argument("--tune-timeout", default="2m", help="per kernel (default 2m)")
     parser.add_argument("--repeats", type=int, default=50)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--from-recordings", action="store_true",
+                        help="measure each recording's optimum instead of tuning")  # fmt: skip
     args = parser.parse_args()
     import cupy as cp
 
