@@ -128,6 +128,10 @@ class SurrogateSampler(BaseSampler):
             proposals.
         n_startup_trials: observations (ok or failed) before the models are used; until then
             proposals follow a space-filling (greedy maximin) design.
+        design_pool: each space-filling proposal is the farthest from those before among this
+            many random candidates: the whole space (the default, 2,048 rows) spreads the
+            design to the space's corners; 1 makes it a random design; in between, a
+            compromise. Under measurement (docs/BENCHMARKS.md).
         derive: optional ``frame -> DataFrame`` of extra numeric features per configuration.
         pairwise: add log2 products and ratios of positive numeric parameters as features.
         n_models: performance ensemble size (the uncertainty of expected improvement).
@@ -217,6 +221,7 @@ class SurrogateSampler(BaseSampler):
         is_feasible: Callable[[dict[str, Any]], bool] | None = None,
         seed: int | None = None,
         n_startup_trials: int = 10,
+        design_pool: int = 2048,
         derive: DeriveFn | None = None,
         pairwise: bool = True,
         n_models: int = 5,
@@ -260,6 +265,9 @@ class SurrogateSampler(BaseSampler):
         )
         self._random = RandomSampler(seed=self._seed)
         self.n_startup_trials = n_startup_trials
+        if design_pool < 1:
+            raise ValueError(f"design_pool must be at least 1; got {design_pool}")
+        self.design_pool = design_pool
         self.derive = derive
         self.pairwise = pairwise
         self.n_models = n_models
@@ -364,7 +372,9 @@ class SurrogateSampler(BaseSampler):
             return table.config(int(rows[self._warm_design(table, obs, rows, rng)]))
         if self._warm is None and (obs.n < self.n_startup_trials or obs.n_ok < 2):
             existing = np.array(obs.encoded + obs.pending).reshape(-1, table.encoded.shape[1])
-            pick = greedy_maximin(table.encoded[rows], 1, rng, existing=existing)
+            pick = greedy_maximin(
+                table.encoded[rows], 1, rng, existing=existing, pool=self.design_pool
+            )
             return table.config(int(rows[pick[0]]))
         if self._warm is not None:
             fit = self._refit_warm(study, obs, table)
@@ -754,7 +764,7 @@ class SurrogateSampler(BaseSampler):
         pend_enc = encoder.encode(pending_configs)[0] if pending_configs else cand_enc[:0]
         if obs.n < self.n_startup_trials or obs.n_ok < 2:
             existing = np.concatenate([obs_enc, pend_enc])
-            pick = greedy_maximin(cand_enc, 1, rng, existing=existing)
+            pick = greedy_maximin(cand_enc, 1, rng, existing=existing, pool=self.design_pool)
             return candidates[int(pick[0])]
         obs_feat = self._plain_features(obs_enc, obs_raw, pair_cols, align_cols, obs_configs)
         obs.features = list(obs_feat)

@@ -360,3 +360,33 @@ def test_alignment_adds_two_columns_per_mixed_width_on_both_paths() -> None:
         n_trials=8,
     )
     assert len({t.params["bx"] for t in study.trials}) > 1
+
+
+def _design(space: SearchSpace, design_pool: int, seed: int, n: int = 8) -> list[tuple]:
+    """The first ``n`` space-filling proposals, every trial told a constant value."""
+    sampler = SurrogateSampler(space=space, seed=seed, n_startup_trials=n, design_pool=design_pool)
+    study = optuna.create_study(sampler=sampler)
+    dists = distributions(space)
+    keys = []
+    for _ in range(n):
+        trial = study.ask(dists)
+        keys.append(tuple(sorted(trial.params.items())))
+        study.tell(trial, 1.0)
+    return keys
+
+
+def test_design_pool_trades_the_corners_for_a_random_design() -> None:
+    """The whole-space maximin design runs to the space's corners (every value of a 1..64
+    parameter it picks is an end value, after the random first); a pool of one is a random
+    design: seeded, inside the space, never repeated, and mostly off the corners."""
+    space = SearchSpace({"a": list(range(1, 65)), "b": list(range(1, 65))})
+    corners = {1, 64}
+    spread = _design(space, 2048, seed=0)
+    assert all(dict(k)["a"] in corners and dict(k)["b"] in corners for k in spread[1:4])
+    random_design = _design(space, 1, seed=0)
+    assert random_design == _design(space, 1, seed=0)
+    assert len(set(random_design)) == len(random_design)
+    off_corner = [k for k in random_design if not set(dict(k).values()) <= corners]
+    assert len(off_corner) >= 6
+    with pytest.raises(ValueError, match="design_pool"):
+        SurrogateSampler(space=space, design_pool=0)
