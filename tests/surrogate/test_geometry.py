@@ -99,8 +99,11 @@ def test_a_bundle_keeps_its_geometry_and_is_read_at_the_target_s_sizes(tmp_path:
     assert same.top is not None and np.isfinite(same.top).any()  # measured at these sizes
     target = launch_shape_of_recording(load_dataset(GEMM_1024))
     resized = Source.on(loaded, frame, target)
-    # at 1024³ the source's measurements at 2048³ do not lead, and its predictions change
-    assert resized.top is None
+    # at 1024³ only the source's best measurement at 2048³ leads, and its predictions change
+    assert resized.top is not None
+    assert np.isfinite(same.top).sum() > 1
+    assert list(np.flatnonzero(np.isfinite(resized.top))) == [0]
+    assert resized.top[0] == 0 and same.top[0] == 0  # frame row 0 is the best measured
     assert not np.allclose(resized.mean, same.mean)
 
 
@@ -124,12 +127,13 @@ def test_the_transfer_bench_s_launch_features_reach_every_surrogate_run() -> Non
     assert default.launch_shape is None
 
 
-def test_measurements_made_at_other_sizes_do_not_lead_the_design() -> None:
+def test_at_other_sizes_only_the_best_measurement_leads_the_design() -> None:
     bundle = bundle_from_dataset(GEMM_2048)  # parameters only: no launch geometry
     frame = pd.DataFrame([entry["config"] for entry in bundle.top])
     here = Source.on(bundle, frame, None, {"M": 2048, "N": 2048, "K": 2048})
     assert here.top is not None and np.isfinite(here.top).all()
     elsewhere = Source.on(bundle, frame, None, {"M": 1024, "N": 1024, "K": 1024})
-    assert elsewhere.top is None
+    assert elsewhere.top is not None
+    assert elsewhere.top[0] == 0 and np.isinf(elsewhere.top[1:]).all()
     assert np.allclose(elsewhere.mean, here.mean)  # the predictions themselves do not move
     assert Source.on(bundle, frame).top is not None  # nothing known of the target's sizes
