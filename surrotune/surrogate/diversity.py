@@ -36,13 +36,18 @@ def proximity(distances: np.ndarray, length_scale: float) -> np.ndarray:
     return np.exp(-((d / length_scale) ** 2))
 
 
+#: rows a maximin pick searches by default: the whole of most kernel spaces, a bounded cost on
+#: larger ones
+MAXIMIN_POOL = 2048
+
+
 def greedy_maximin(
     points: np.ndarray,
     n: int,
     rng: np.random.Generator,
     *,
     existing: np.ndarray | None = None,
-    pool: int = 2048,
+    pool: int = MAXIMIN_POOL,
 ) -> np.ndarray:
     """Indices of ``n`` rows of ``points`` that spread out: each the farthest from those before.
 

@@ -62,7 +62,12 @@ from surrotune.surrogate.counter_model import (
     counter_row,
     trial_counters,
 )
-from surrotune.surrogate.diversity import greedy_maximin, min_distances, proximity
+from surrotune.surrogate.diversity import (
+    MAXIMIN_POOL,
+    greedy_maximin,
+    min_distances,
+    proximity,
+)
 from surrotune.surrogate.feasibility import FeasibilityModel
 from surrotune.surrogate.features import (
     DeriveFn,
@@ -129,9 +134,9 @@ class SurrogateSampler(BaseSampler):
         n_startup_trials: observations (ok or failed) before the models are used; until then
             proposals follow a space-filling (greedy maximin) design.
         design_pool: each space-filling proposal is the farthest from those before among this
-            many random candidates: the whole space (the default, 2,048 rows) spreads the
-            design to the space's corners; 1 makes it a random design; in between, a
-            compromise. Under measurement (docs/BENCHMARKS.md).
+            many random candidates: the default (``MAXIMIN_POOL``, 2,048: the whole of most
+            spaces) spreads the design to the space's corners; 1 makes it a random design; in
+            between, a compromise. Under measurement (docs/BENCHMARKS.md).
         derive: optional ``frame -> DataFrame`` of extra numeric features per configuration.
         pairwise: add log2 products and ratios of positive numeric parameters as features.
         n_models: performance ensemble size (the uncertainty of expected improvement).
@@ -221,7 +226,7 @@ class SurrogateSampler(BaseSampler):
         is_feasible: Callable[[dict[str, Any]], bool] | None = None,
         seed: int | None = None,
         n_startup_trials: int = 10,
-        design_pool: int = 2048,
+        design_pool: int = MAXIMIN_POOL,
         derive: DeriveFn | None = None,
         pairwise: bool = True,
         n_models: int = 5,
