@@ -141,6 +141,15 @@ class SurrogateSampler(BaseSampler):
         pairwise: add log2 products and ratios of positive numeric parameters as features.
         n_models: performance ensemble size (the uncertainty of expected improvement).
         refit_growth: refit when the observations grew by this fraction (at least one).
+        refit_every_below: up to this many observations, refit after every new one (the
+            growth schedule above it): at a tuning budget's few hundred trials a refit costs a
+            fraction of a second, while a proposal from a model that has not seen the last
+            evaluations repeats their mistakes (docs/BENCHMARKS.md).
+        marginal_share: probability per proposal of choosing by the parameters' marginal
+            densities instead (TPE's ratio l(x)/g(x) of the good tenth's value frequencies
+            over the rest's, failures among the rest, over the feasible unevaluated candidates
+            that pass the P(ok) gate): a corner that every parameter's good values point to is
+            found by its marginals before the trees resolve it (docs/BENCHMARKS.md).
         xi: expected-improvement margin on the model's (standardised log) scale.
         gate_threshold: candidates with P(ok) below it are not proposed ...
         gate_epsilon: ... except with this probability per proposal (the gate is skipped).
@@ -231,6 +240,8 @@ class SurrogateSampler(BaseSampler):
         pairwise: bool = True,
         n_models: int = 5,
         refit_growth: float = 0.05,
+        refit_every_below: int = 0,
+        marginal_share: float = 0.0,
         xi: float = 0.0,
         gate_threshold: float = 0.1,
         gate_epsilon: float = 0.05,
@@ -277,6 +288,8 @@ class SurrogateSampler(BaseSampler):
         self.pairwise = pairwise
         self.n_models = n_models
         self.refit_growth = refit_growth
+        self.refit_every_below = refit_every_below
+        self.marginal_share = marginal_share
         self.xi = xi
         self.gate_threshold = gate_threshold
         self.gate_epsilon = gate_epsilon
@@ -406,6 +419,11 @@ class SurrogateSampler(BaseSampler):
             row = self._portfolio(table, fit, obs, rows, pending, rng, trial.number)
             _record_prediction(study, trial, obs, fit.direction, float(fit.cand_mean[row]))
             return table.config(row)
+        if self.marginal_share > 0 and rng.random() < self.marginal_share:
+            row = self._marginal_choice(table, fit, obs, rows, rng)
+            if row is not None:
+                _record_prediction(study, trial, obs, fit.direction, float(fit.cand_mean[row]))
+                return table.config(row)
         if self.local_share > 0 and rng.random() < self.local_share:
             local = self._local_mask(table, obs, rows, fit.direction)
             if local.any():
@@ -506,6 +524,44 @@ class SurrogateSampler(BaseSampler):
             if chosen is not None and improved:
                 arm, p = chosen
                 self._gains[arm] += 1.0 / p
+
+    def _marginal_choice(
+        self, table: _Table, fit: _Fit, obs: _Observed, rows: np.ndarray, rng: np.random.Generator
+    ) -> int | None:
+        """The table row of TPE's choice over the candidates ``rows``: per parameter, the
+        frequencies of its values among the best tenth of the ok observations (l, at most 25
+        of them, as Optuna's default gamma) and among the rest and the failures (g), each with
+        a uniform prior of weight one; 24 candidates drawn in proportion to l(x), the one with
+        the highest l(x)/g(x) chosen. Candidates whose P(ok) is under the gate are left out
+        (None where none is left, or the observations are not table rows)."""
+        assert fit.cand_ok is not None
+        if not obs.keys or not isinstance(obs.keys[0], (int, np.integer)):
+            return None
+        sign = -1.0 if fit.direction == "maximize" else 1.0
+        ok = sorted(
+            (sign * v, k) for v, k in zip(obs.values, obs.keys, strict=True) if v is not None
+        )
+        n_good = min(math.ceil(0.1 * len(ok)), 25)
+        good = np.array([k for _, k in ok[:n_good]], dtype=np.int64)
+        bad = np.array(
+            [k for _, k in ok[n_good:]]
+            + [k for v, k in zip(obs.values, obs.keys, strict=True) if v is None],
+            dtype=np.int64,
+        )
+        candidates = rows[fit.cand_ok[rows] >= self.gate_threshold]
+        if len(candidates) == 0 or len(good) == 0:
+            return None
+        index = table.index[candidates]
+        log_l = np.zeros(len(candidates))
+        log_g = np.zeros(len(candidates))
+        for d, size in enumerate(table.lengths):
+            for keys, log_density in ((good, log_l), (bad, log_g)):
+                positions = (keys // table.strides[d]) % size
+                counts = np.bincount(positions, minlength=size) + 1.0 / size
+                log_density += np.log(counts / counts.sum())[index[:, d]]
+        weights = np.exp(log_l - log_l.max())
+        drawn = rng.choice(len(candidates), size=24, p=weights / weights.sum())
+        return int(candidates[drawn[np.argmax((log_l - log_g)[drawn])]])
 
     def _local_mask(
         self, table: _Table, obs: _Observed, rows: np.ndarray, direction: str
@@ -837,6 +893,7 @@ class SurrogateSampler(BaseSampler):
             and fit.key == key
             and fit.n_features == n_features
             and obs.n - fit.n < max(1, math.floor(self.refit_growth * fit.n))
+            and not fit.n < obs.n <= self.refit_every_below
         ):
             return fit
         return None

@@ -390,3 +390,55 @@ def test_design_pool_trades_the_corners_for_a_random_design() -> None:
     assert len(off_corner) >= 6
     with pytest.raises(ValueError, match="design_pool"):
         SurrogateSampler(space=space, design_pool=0)
+
+
+def test_refit_every_below_refits_after_each_new_observation_up_to_its_limit() -> None:
+    from surrotune.surrogate.sampler import _Fit, _Observed
+
+    def current(refit_every_below: int, n_now: int) -> bool:
+        sampler = SurrogateSampler(seed=0, refit_every_below=refit_every_below)
+        sampler._fit = _Fit(key="k", n=100, n_features=3, perf=None, feas=None)  # type: ignore[arg-type]
+        obs = _Observed(values=[1.0] * n_now)
+        return sampler._current_fit(obs, "k", 3) is not None
+
+    assert current(0, 101)  # the growth schedule: 5 % of 100 = 5 more before a refit
+    assert not current(0, 105)
+    assert not current(300, 101)  # under the limit every new observation refits
+    assert current(300, 100)  # nothing new: the fit stands
+    assert current(100, 101)  # over the limit: the growth schedule again
+
+
+def test_marginal_share_proposes_the_values_the_good_trials_share() -> None:
+    """TPE's density ratio over the candidates: where the good tenth of the observations is
+    (0, 3, 0) and (0, 3, 1) and the rest (failures among them) have neither a=0 nor b=3, the
+    marginal choice is the one unevaluated candidate that shares both, (0, 3, 2); where the
+    P(ok) gate keeps that one out, it is never proposed."""
+    from surrotune.surrogate.sampler import _Fit, _Observed
+
+    space = SearchSpace({"a": [0, 1, 2, 3], "b": [0, 1, 2, 3], "c": [0, 1, 2]}, [])
+    sampler = SurrogateSampler(space=space, seed=0, marginal_share=1.0)
+    table = sampler._table_for(space)
+    configs = table.frame.to_dict("records")
+    target = configs.index({"a": 0, "b": 3, "c": 2})
+    obs = _Observed()
+    for row, c in enumerate(configs):
+        if (c["a"], c["b"]) == (0, 3) and c["c"] < 2:  # the good tenth of 20 ok
+            value: float | None = 1.0
+        elif c["a"] != 0 and c["b"] != 3:
+            value = None if c["c"] == 2 else 5.0 + row
+        else:
+            continue
+        obs.keys.append(int(table.keys[row]))
+        obs.values.append(value)
+    rows = np.array([r for r in range(len(configs)) if int(table.keys[r]) not in obs.keys])
+    cand_ok = np.ones(len(configs))
+    fit = _Fit(key="k", n=obs.n, n_features=1, perf=None, feas=None, cand_ok=cand_ok)  # type: ignore[arg-type]
+    choices = [
+        sampler._marginal_choice(table, fit, obs, rows, np.random.default_rng(seed))
+        for seed in range(5)
+    ]
+    assert choices == [target] * 5, [configs[c] for c in choices if c is not None]
+    cand_ok[target] = 0.0
+    for seed in range(5):
+        row = sampler._marginal_choice(table, fit, obs, rows, np.random.default_rng(seed))
+        assert row is not None and row in rows and row != target
