@@ -6,7 +6,8 @@
 Screening a sampler option at 10 seeds against the default's 20-seed runs in docs/bench/ needs
 the same seeds side by side: this prints, per dataset and sampler, the evaluations to the target
 on each seed (201 where a run never got there: budget + 1), their median and how many seeds got
-there, from any mix of runs files (the default's kept runs, a variant's new ones).
+there, and the mean methodology score of those seeds' runs, from any mix of runs files (the
+default's kept runs, a variant's new ones).
 """
 
 from __future__ import annotations
@@ -51,6 +52,11 @@ def main(argv: list[str] | None = None) -> int:
         bench = prepare_dataset(path)[3]
         info[bench.name] = bench
     table: dict[tuple[str, str], dict[int, tuple[int, bool]]] = defaultdict(dict)
+    scores: dict[tuple[str, str], dict[int, float]] = defaultdict(dict)
+    baselines = {
+        name: metrics.random_expected_best(b.feasible, b.direction, 200)
+        for name, b in info.items()
+    }
     for path in args.runs:
         for run in read_runs(path):
             bench = info.get(run.dataset)
@@ -64,13 +70,22 @@ def main(argv: list[str] | None = None) -> int:
             table[run.dataset, run.sampler][run.seed] = (
                 (reached, True) if reached is not None else (run.budget + 1, False)
             )
+            baseline = (
+                baselines[run.dataset]
+                if run.budget == 200
+                else metrics.random_expected_best(bench.feasible, bench.direction, run.budget)
+            )
+            scores[run.dataset, run.sampler][run.seed] = metrics.methodology_score(
+                run.values, bench.feasible, bench.direction, run.budget, baseline=baseline
+            )
     print(f"evaluations to {args.target:.0%} of the optimum, seeds {args.seeds}")
-    print(f"{'dataset':28} {'sampler':28} {'median':>7} {'hit':>6}  per seed")
+    print(f"{'dataset':28} {'sampler':28} {'median':>7} {'hit':>6} {'score':>6}  per seed")
     for (dataset, sampler), runs in sorted(table.items()):
         values = [runs[s][0] for s in sorted(runs)]
         hit = sum(runs[s][1] for s in runs)
+        score = statistics.mean(scores[dataset, sampler].values())
         print(f"{dataset:28} {sampler:28} {statistics.median(values):7.1f} "
-              f"{hit:3}/{len(values):<2}  {' '.join(map(str, values))}")  # fmt: skip
+              f"{hit:3}/{len(values):<2} {score:6.2f}  {' '.join(map(str, values))}")  # fmt: skip
     return 0
 
 
