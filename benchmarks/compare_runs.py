@@ -18,6 +18,8 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
+import numpy as np
+
 from surrotune.bench import metrics
 from surrotune.bench.harness import RunRecord, prepare_dataset
 
@@ -53,10 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         info[bench.name] = bench
     table: dict[tuple[str, str], dict[int, tuple[int, bool]]] = defaultdict(dict)
     scores: dict[tuple[str, str], dict[int, float]] = defaultdict(dict)
-    baselines = {
-        name: metrics.random_expected_best(b.feasible, b.direction, 200)
-        for name, b in info.items()
-    }
+    baselines: dict[tuple[str, int], np.ndarray] = {}  # random search's curve, per budget
     for path in args.runs:
         for run in read_runs(path):
             bench = info.get(run.dataset)
@@ -70,11 +69,11 @@ def main(argv: list[str] | None = None) -> int:
             table[run.dataset, run.sampler][run.seed] = (
                 (reached, True) if reached is not None else (run.budget + 1, False)
             )
-            baseline = (
-                baselines[run.dataset]
-                if run.budget == 200
-                else metrics.random_expected_best(bench.feasible, bench.direction, run.budget)
-            )
+            if (run.dataset, run.budget) not in baselines:
+                baselines[run.dataset, run.budget] = metrics.random_expected_best(
+                    bench.feasible, bench.direction, run.budget
+                )
+            baseline = baselines[run.dataset, run.budget]
             scores[run.dataset, run.sampler][run.seed] = metrics.methodology_score(
                 run.values, bench.feasible, bench.direction, run.budget, baseline=baseline
             )

@@ -555,13 +555,18 @@ class SurrogateSampler(BaseSampler):
         if len(candidates) == 0 or len(good) == 0:
             return None
         index = table.index[candidates]
-        log_l = np.zeros(len(candidates))
-        log_g = np.zeros(len(candidates))
-        for d, size in enumerate(table.lengths):
-            for keys, log_density in ((good, log_l), (bad, log_g)):
-                positions = (keys // table.strides[d]) % size
-                counts = np.bincount(positions, minlength=size) + 1.0 / size
-                log_density += np.log(counts / counts.sum())[index[:, d]]
+
+        def log_density(keys: np.ndarray) -> np.ndarray:
+            """Each candidate's log density under the product of the per-parameter value
+            frequencies of ``keys``."""
+            positions = table.index_of_keys(keys)
+            total = np.zeros(len(candidates))
+            for d, size in enumerate(table.lengths):
+                counts = np.bincount(positions[:, d], minlength=size) + 1.0 / size
+                total += np.log(counts / counts.sum())[index[:, d]]
+            return total
+
+        log_l, log_g = log_density(good), log_density(bad)
         weights = np.exp(log_l - log_l.max())
         drawn = rng.choice(len(candidates), size=24, p=weights / weights.sum())
         return int(candidates[drawn[np.argmax((log_l - log_g)[drawn])]])
@@ -577,7 +582,7 @@ class SurrogateSampler(BaseSampler):
             return np.zeros(len(rows), dtype=bool)
         ok.sort(key=lambda vk: -vk[0] if direction == "maximize" else vk[0])
         elites = np.array([k for _, k in ok[: self.local_elites]], dtype=np.int64)
-        elite_index = (elites[:, None] // table.strides[None, :]) % table.lengths[None, :]
+        elite_index = table.index_of_keys(elites)
         candidates = table.index[rows]
         differing = (candidates[:, None, :] != elite_index[None, :, :]).sum(axis=2)
         return (differing == 1).any(axis=1)
@@ -1070,6 +1075,12 @@ class _Table:
     def keys_of(self, index: np.ndarray) -> list[int]:
         return [int(k) for k in np.atleast_2d(index) @ self.strides]
 
+    def index_of_keys(self, keys: Sequence[int] | np.ndarray) -> np.ndarray:
+        """The value positions (one row per key, one column per parameter) of ``keys``: the
+        inverse of :meth:`keys_of`, for candidates or not."""
+        k = np.asarray(keys, dtype=np.int64).reshape(-1)
+        return (k[:, None] // self.strides[None, :]) % self.lengths[None, :]
+
     def isin(self, keys: set[Any]) -> np.ndarray:
         if not keys:
             return np.zeros(len(self.keys), dtype=bool)
@@ -1095,8 +1106,7 @@ class _Table:
 
     def frame_of(self, keys: Sequence[int]) -> pd.DataFrame:
         """The configurations of ``keys`` (candidates or not) as a frame in ``names`` order."""
-        k = np.asarray(list(keys), dtype=np.int64)
-        index = (k[:, None] // self.strides[None, :]) % self.lengths[None, :]
+        index = self.index_of_keys(list(keys))
         return pd.DataFrame(
             {
                 n: [
@@ -1114,7 +1124,7 @@ class _Table:
     def boundary_mask(self, failed: Sequence[int]) -> np.ndarray:
         """Candidates one value step (in one parameter) from a failed configuration."""
         keys = np.asarray(failed, dtype=np.int64)
-        index = (keys[:, None] // self.strides[None, :]) % self.lengths[None, :]
+        index = self.index_of_keys(keys)
         near = []
         for k in range(self.dim):
             for step in (-1, 1):
