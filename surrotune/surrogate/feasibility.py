@@ -34,8 +34,14 @@ class FeasibilityModel:
         n_estimators: boosting rounds.
         max_depth: tree depth.
         learning_rate: shrinkage.
-        calibrate_min: calibrate (3-fold Platt scaling) once both classes have at least this many
-            observations; below it, the raw probabilities are shrunk towards the base rate.
+        min_child_weight: the smallest hessian sum in a leaf; lower lets the trees isolate a
+            region that a few failures mark (a leaf of probability p needs about
+            ``min_child_weight / (p (1 - p))`` observations).
+        calibration: ``"sigmoid"``: 3-fold Platt scaling (``CalibratedClassifierCV``) once both
+            classes have ``calibrate_min`` observations; ``"none"``: the booster's own
+            probabilities (its logistic loss already fits probabilities).
+        calibrate_min: below this many observations of either class, the raw probabilities
+            are shrunk towards the base rate (and Platt scaling is not attempted).
         seed: XGBoost seed; the model is deterministic for a seed.
         n_jobs: XGBoost threads.
     """
@@ -46,6 +52,8 @@ class FeasibilityModel:
         n_estimators: int = 80,
         max_depth: int = 4,
         learning_rate: float = 0.15,
+        min_child_weight: float = 1.0,
+        calibration: str = "sigmoid",
         calibrate_min: int = 8,
         seed: int = 0,
         n_jobs: int = 1,
@@ -53,6 +61,10 @@ class FeasibilityModel:
         self.n_estimators = n_estimators
         self.max_depth = max_depth
         self.learning_rate = learning_rate
+        self.min_child_weight = min_child_weight
+        if calibration not in ("sigmoid", "none"):
+            raise ValueError(f"calibration must be 'sigmoid' or 'none'; got {calibration!r}")
+        self.calibration = calibration
         self.calibrate_min = calibrate_min
         self.seed = seed
         self.n_jobs = n_jobs
@@ -86,13 +98,14 @@ class FeasibilityModel:
             n_estimators=self.n_estimators,
             max_depth=self.max_depth,
             learning_rate=self.learning_rate,
+            min_child_weight=self.min_child_weight,
             tree_method="hist",
             n_jobs=self.n_jobs,
             random_state=self.seed,
             verbosity=0,
         )
         y = (~ok).astype(np.int64)  # class 1 = failure: the rare class is the positive one
-        if min(n_ok, n_fail) >= self.calibrate_min:
+        if min(n_ok, n_fail) >= self.calibrate_min and self.calibration == "sigmoid":
             from sklearn.calibration import CalibratedClassifierCV
             from sklearn.model_selection import StratifiedKFold
 
@@ -102,7 +115,7 @@ class FeasibilityModel:
         else:
             self.estimator_ = base
             # few examples of one class: trust the classifier in proportion to them
-            self.shrink_ = min(n_ok, n_fail) / float(self.calibrate_min)
+            self.shrink_ = min(1.0, min(n_ok, n_fail) / float(self.calibrate_min))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             self.estimator_.fit(X, y)

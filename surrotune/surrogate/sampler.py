@@ -120,6 +120,12 @@ class _Observed:
     def n_ok(self) -> int:
         return sum(v is not None for v in self.values)
 
+    def ok_keys_best_first(self, direction: str) -> list[Any]:
+        """The keys of the ok observations, best value first; ties keep trial order."""
+        sign = -1.0 if direction == "maximize" else 1.0
+        ok = [(sign * v, k) for v, k in zip(self.values, self.keys, strict=True) if v is not None]
+        return [k for _, k in sorted(ok, key=lambda vk: vk[0])]
+
 
 class SurrogateSampler(BaseSampler):
     """Proposes configurations by expected improvement × P(ok) − diversity penalty.
@@ -219,6 +225,8 @@ class SurrogateSampler(BaseSampler):
         model_params: further :class:`~surrotune.surrogate.performance.PerformanceModel`
             options of the performance model (``max_depth``, ``full_mean``, ...), for
             measuring them (docs/BENCHMARKS.md); a warm start's models keep their own.
+        feasibility_params: further :class:`~surrotune.surrogate.feasibility.FeasibilityModel`
+            options of the failure classifier (``calibration``, ``calibrate_min``, ...).
         portfolio: choose each proposal's strategy (expected improvement, exploration, the
             elites' neighbours) by a Hedge over how the model bears out each one's nominees
             (:meth:`_portfolio`), instead of the fixed ``explore_share`` and ``local_share``;
@@ -271,6 +279,7 @@ class SurrogateSampler(BaseSampler):
         launch_features: bool = False,
         alignment: bool = True,
         model_params: Mapping[str, Any] | None = None,
+        feasibility_params: Mapping[str, Any] | None = None,
         portfolio: bool = False,
         portfolio_eta: float = 0.2,
         portfolio_floor: float = 0.1,
@@ -315,6 +324,7 @@ class SurrogateSampler(BaseSampler):
         self.launch_features = launch_features
         self.alignment = alignment
         self.model_params = model_params
+        self.feasibility_params = feasibility_params
         self.portfolio = portfolio
         self.portfolio_eta = portfolio_eta
         self.portfolio_floor = portfolio_floor
@@ -540,15 +550,11 @@ class SurrogateSampler(BaseSampler):
         assert fit.cand_ok is not None
         if not obs.keys or not isinstance(obs.keys[0], (int, np.integer)):
             return None
-        sign = -1.0 if fit.direction == "maximize" else 1.0
-        ok = sorted(
-            (sign * v, k) for v, k in zip(obs.values, obs.keys, strict=True) if v is not None
-        )
+        ok = obs.ok_keys_best_first(fit.direction)
         n_good = min(math.ceil(0.1 * len(ok)), 25)
-        good = np.array([k for _, k in ok[:n_good]], dtype=np.int64)
+        good = np.array(ok[:n_good], dtype=np.int64)
         bad = np.array(
-            [k for _, k in ok[n_good:]]
-            + [k for v, k in zip(obs.values, obs.keys, strict=True) if v is None],
+            ok[n_good:] + [k for v, k in zip(obs.values, obs.keys, strict=True) if v is None],
             dtype=np.int64,
         )
         candidates = rows[fit.cand_ok[rows] >= self.gate_threshold]
@@ -577,11 +583,10 @@ class SurrogateSampler(BaseSampler):
         """Candidates that differ from one of the best measured configurations in exactly one
         parameter: a model smooth enough to generalise misses an optimum that stands alone
         (every neighbour much slower), so a share of proposals walks the elites' coordinates."""
-        ok = [(v, k) for v, k in zip(obs.values, obs.keys, strict=True) if v is not None]
-        if not ok or not isinstance(ok[0][1], (int, np.integer)):
+        ok = obs.ok_keys_best_first(direction)
+        if not ok or not isinstance(ok[0], (int, np.integer)):
             return np.zeros(len(rows), dtype=bool)
-        ok.sort(key=lambda vk: -vk[0] if direction == "maximize" else vk[0])
-        elites = np.array([k for _, k in ok[: self.local_elites]], dtype=np.int64)
+        elites = np.array(ok[: self.local_elites], dtype=np.int64)
         elite_index = table.index_of_keys(elites)
         candidates = table.index[rows]
         differing = (candidates[:, None, :] != elite_index[None, :, :]).sum(axis=2)
@@ -748,7 +753,7 @@ class SurrogateSampler(BaseSampler):
         if current is not None:
             return current
         X, ok, direction, y = self._training_set(study, obs)
-        feas = FeasibilityModel(seed=self._seed, n_jobs=self.n_jobs).fit(X, ok, obs.statuses)
+        feas = self._feasibility().fit(X, ok, obs.statuses)
         candidates = self._sources(table)
         observed = self._observed_sources(table, obs.keys)
         transfer = self._warm.fit(
@@ -885,12 +890,17 @@ class SurrogateSampler(BaseSampler):
             **dict(self.model_params or {}),
         )  # fmt: skip
         perf.fit(X[ok], y)
-        feas = FeasibilityModel(seed=self._seed, n_jobs=self.n_jobs).fit(X, ok, obs.statuses)
+        feas = self._feasibility().fit(X, ok, obs.statuses)
         self._fit = _Fit(
             key=key, n=obs.n, n_features=n_features, perf=perf, feas=feas, direction=direction,
             counters=counters,
         )  # fmt: skip
         return self._fit
+
+    def _feasibility(self) -> FeasibilityModel:
+        """An unfitted failure classifier with this sampler's seed and options."""
+        params = {"seed": self._seed, "n_jobs": self.n_jobs, **dict(self.feasibility_params or {})}
+        return FeasibilityModel(**params)
 
     def _current_fit(self, obs: _Observed, key: Any, n_features: int) -> _Fit | None:
         """The last fit, where it is of the same models (``key``, feature count) and too few

@@ -131,6 +131,30 @@ def test_classifier_learns_a_planted_failure_region() -> None:
     assert accuracy > 0.9
 
 
+def test_uncalibrated_classifier_uses_the_boosters_own_probabilities() -> None:
+    space = planted_space()
+    X, raw = features_of(space)
+    fails = raw[:, 0] * raw[:, 1] > 64
+    rng = np.random.default_rng(1)
+    train = rng.choice(len(X), 60, replace=False)
+    model = FeasibilityModel(seed=0, calibration="none").fit(X[train], ~fails[train])
+    assert model.informative and not model.calibrated_ and model.shrink_ == 1.0
+    p_ok = model.predict_ok(X)
+    np.testing.assert_allclose(p_ok, model.estimator_.predict_proba(X)[:, 0], rtol=1e-6)
+    assert p_ok[fails].mean() < 0.3 and p_ok[~fails].mean() > 0.7
+    assert ((p_ok > 0.5) == ~fails).mean() > 0.9
+    # a leaf may hold less: the region's edge is drawn from fewer failures
+    sharp = FeasibilityModel(seed=0, calibration="none", min_child_weight=0.1)
+    assert sharp.fit(X[train], ~fails[train]).estimator_.get_params()["min_child_weight"] == 0.1
+    # few failures: trusted in proportion to them, never more than fully
+    few = np.zeros(60, dtype=bool)
+    few[:2] = True
+    shrunk = FeasibilityModel(seed=0, calibration="none").fit(X[train], ~few)
+    assert shrunk.shrink_ == pytest.approx(2 / 8)
+    with pytest.raises(ValueError, match="calibration"):
+        FeasibilityModel(calibration="isotonic")
+
+
 def test_classifier_with_one_class_is_a_constant_prior() -> None:
     with pytest.raises(NotFittedError):
         FeasibilityModel().predict_ok(np.zeros((1, 2)))

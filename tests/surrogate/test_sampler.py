@@ -279,6 +279,21 @@ def test_model_params_reach_the_performance_model(tmp_path: Path) -> None:
     assert perf.full_mean and perf.max_depth == 3 and perf.full_ is not None
 
 
+def test_feasibility_params_reach_the_failure_classifier(tmp_path: Path) -> None:
+    dataset = load_dataset(write_kt_cache(tmp_path / "tiny.json"))
+    space = SearchSpace(dataset.parameters, [])
+    sampler = SurrogateSampler(
+        space=space, seed=0, n_startup_trials=4,
+        feasibility_params={"calibration": "none", "min_child_weight": 0.5},
+    )  # fmt: skip
+    study = optuna.create_study(direction="minimize", sampler=sampler)
+    Runner(study=study, space=space, backend=ReplayBackend(dataset), trials=8,
+           batch_size=1).run()  # fmt: skip
+    feas = sampler._fit.feas
+    assert feas.calibration == "none" and feas.min_child_weight == 0.5
+    assert feas.seed == sampler._seed
+
+
 def test_portfolio_outcome_reward_credits_the_strategy_that_set_a_new_best() -> None:
     from surrotune.surrogate.sampler import _Observed
 
