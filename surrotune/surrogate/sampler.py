@@ -53,6 +53,7 @@ from surrotune.space import SearchSpace, SpaceError, SpaceTooLarge
 from surrotune.surrogate.acquisition import (
     acquisition_scores,
     boundary_scores,
+    ensemble_expected_improvement,
     expected_improvement,
     feasibility_gate,
 )
@@ -94,6 +95,7 @@ __all__ = ["SurrogateSampler"]
 
 #: statuses that say nothing about the kernel (never compiled): not learned
 _NOT_LEARNED = {Status.CONSTRAINT.value}
+_ACQUISITIONS = ("ei", "ei-members", "ei-kde")
 #: the label of a FAIL trial without a ``status`` attribute
 GENERIC_FAILURE = "fail"
 
@@ -160,6 +162,12 @@ class SurrogateSampler(BaseSampler):
             fewer evaluations to 98 % on six of the nine datasets where the goal is missed
             (docs/BENCHMARKS.md).
         xi: expected-improvement margin on the model's (standardised log) scale.
+        acquisition: ``"ei"``: expected improvement under a normal distribution with the
+            ensemble's mean and spread; ``"ei-members"``: the improvement averaged over the
+            ensemble's members themselves. The two differ where the members disagree in two
+            camps, as around a lone slow measurement that only some bootstrap resamples hold:
+            there the normal's spread is wide and promises improvement that no member
+            predicts. Under measurement (docs/BENCHMARKS.md).
         gate_threshold: candidates with P(ok) below it are not proposed ...
         gate_epsilon: ... except with this probability per proposal (the gate is skipped).
         boundary_share: probability per proposal of choosing among candidates one step from a
@@ -254,6 +262,7 @@ class SurrogateSampler(BaseSampler):
         refit_every_below: int = 0,
         marginal_share: float = 0.1,
         xi: float = 0.0,
+        acquisition: str = "ei",
         gate_threshold: float = 0.1,
         gate_epsilon: float = 0.05,
         boundary_share: float = 0.0,
@@ -303,6 +312,9 @@ class SurrogateSampler(BaseSampler):
         self.refit_every_below = refit_every_below
         self.marginal_share = marginal_share
         self.xi = xi
+        if acquisition not in _ACQUISITIONS:
+            raise ValueError(f"acquisition must be one of {_ACQUISITIONS}; got {acquisition!r}")
+        self.acquisition = acquisition
         self.gate_threshold = gate_threshold
         self.gate_epsilon = gate_epsilon
         self.boundary_share = boundary_share
@@ -414,7 +426,12 @@ class SurrogateSampler(BaseSampler):
         if fit.cand_mean is None:
             assert fit.perf is not None
             features = fit.augment(table.features)
-            fit.cand_mean, fit.cand_std = fit.perf.predict(features, return_std=True)
+            if self.acquisition != "ei":
+                fit.cand_members = fit.perf.predict_members(features)
+                fit.cand_mean = fit.cand_members.mean(axis=0)
+                fit.cand_std = fit.cand_members.std(axis=0)
+            else:
+                fit.cand_mean, fit.cand_std = fit.perf.predict(features, return_std=True)
             fit.cand_ok = fit.feas.predict_ok(features)
         assert fit.cand_std is not None and fit.cand_ok is not None
         self._update_near(table, obs)
@@ -453,6 +470,7 @@ class SurrogateSampler(BaseSampler):
             boundary,
             rng,
             prior=fit.cand_prior[rows] if fit.cand_prior is not None else None,
+            members=fit.cand_members[:, rows] if fit.cand_members is not None else None,
         )
         _record_prediction(study, trial, obs, fit.direction, float(fit.cand_mean[rows][choice]))
         return table.config(int(rows[choice]))
@@ -956,6 +974,7 @@ class SurrogateSampler(BaseSampler):
         rng: np.random.Generator,
         prior: np.ndarray | None = None,
         explore: bool | None = None,
+        members: np.ndarray | None = None,
     ) -> int:
         """Index of the best candidate by the acquisition (or by boundary uncertainty, or, for
         an ``explore_share`` of proposals, by distance among the candidates the model believes
@@ -975,7 +994,11 @@ class SurrogateSampler(BaseSampler):
                 return int(np.argmax(np.where(believed, distance, -np.inf)))
         ok_values = np.array([v for v in obs.values if v is not None], dtype=np.float64)
         best = float(transform_objective(ok_values, fit.direction).min())
-        ei = expected_improvement(mean, std, best, xi=self.xi)
+        if members is not None:  # under the ensemble's own distribution
+            smoothing = self.acquisition == "ei-kde"
+            ei = ensemble_expected_improvement(members, best, xi=self.xi, smoothing=smoothing)
+        else:
+            ei = expected_improvement(mean, std, best, xi=self.xi)
         if not (ei > 0).any():  # nothing expected to improve: rank by the predicted mean
             ei = np.exp(-(mean - mean.min()))
         if prior is not None:  # a warm start's prior belief in where the optimum lies
@@ -1011,6 +1034,7 @@ class _Fit:
     cand_mean: np.ndarray | None = None
     cand_std: np.ndarray | None = None
     cand_ok: np.ndarray | None = None
+    cand_members: np.ndarray | None = None  # (K, n) members' predictions, for "ei-members"
     cand_prior: np.ndarray | None = None  # a warm start's factor on expected improvement
     gate: bool = False  # gate on P(ok) even where the classifier alone is not informative
     counters: CounterModel | None = None  # predicted counters as extra features (if fitted)

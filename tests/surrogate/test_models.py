@@ -12,6 +12,7 @@ from surrotune.space import SearchSpace
 from surrotune.surrogate.acquisition import (
     acquisition_scores,
     boundary_scores,
+    ensemble_expected_improvement,
     expected_improvement,
     feasibility_gate,
 )
@@ -124,32 +125,33 @@ def test_classifier_learns_a_planted_failure_region() -> None:
     rng = np.random.default_rng(1)
     train = rng.choice(len(X), 60, replace=False)
     model = FeasibilityModel(seed=0).fit(X[train], ~fails[train])
-    assert model.calibrated_ and model.informative
+    # the default is the booster's own probabilities, not Platt-scaled ones
+    assert model.informative and not model.calibrated_ and model.shrink_ == 1.0
     p_ok = model.predict_ok(X)
+    np.testing.assert_allclose(p_ok, model.estimator_.predict_proba(X)[:, 0], rtol=1e-6)
     assert p_ok[fails].mean() < 0.3 and p_ok[~fails].mean() > 0.7
     accuracy = ((p_ok > 0.5) == ~fails).mean()
     assert accuracy > 0.9
 
 
-def test_uncalibrated_classifier_uses_the_boosters_own_probabilities() -> None:
+def test_platt_scaling_and_leaf_size_are_options() -> None:
     space = planted_space()
     X, raw = features_of(space)
     fails = raw[:, 0] * raw[:, 1] > 64
     rng = np.random.default_rng(1)
     train = rng.choice(len(X), 60, replace=False)
-    model = FeasibilityModel(seed=0, calibration="none").fit(X[train], ~fails[train])
-    assert model.informative and not model.calibrated_ and model.shrink_ == 1.0
-    p_ok = model.predict_ok(X)
-    np.testing.assert_allclose(p_ok, model.estimator_.predict_proba(X)[:, 0], rtol=1e-6)
+    platt = FeasibilityModel(seed=0, calibration="sigmoid").fit(X[train], ~fails[train])
+    assert platt.informative and platt.calibrated_
+    p_ok = platt.predict_ok(X)
     assert p_ok[fails].mean() < 0.3 and p_ok[~fails].mean() > 0.7
     assert ((p_ok > 0.5) == ~fails).mean() > 0.9
     # a leaf may hold less: the region's edge is drawn from fewer failures
-    sharp = FeasibilityModel(seed=0, calibration="none", min_child_weight=0.1)
+    sharp = FeasibilityModel(seed=0, min_child_weight=0.1)
     assert sharp.fit(X[train], ~fails[train]).estimator_.get_params()["min_child_weight"] == 0.1
     # few failures: trusted in proportion to them, never more than fully
     few = np.zeros(60, dtype=bool)
     few[:2] = True
-    shrunk = FeasibilityModel(seed=0, calibration="none").fit(X[train], ~few)
+    shrunk = FeasibilityModel(seed=0).fit(X[train], ~few)
     assert shrunk.shrink_ == pytest.approx(2 / 8)
     with pytest.raises(ValueError, match="calibration"):
         FeasibilityModel(calibration="isotonic")
@@ -178,6 +180,31 @@ def test_expected_improvement_matches_hand_computed_values() -> None:
     assert ei[0] == pytest.approx(0.5416, abs=1e-4)
     # the margin xi shifts the incumbent
     assert expected_improvement(np.array([0.25]), np.array([0.0]), 1.0, xi=0.5)[0] == 0.25
+
+
+def test_ensemble_expected_improvement_follows_the_members_not_a_normal() -> None:
+    # columns: four members at the incumbent and one far slower (two camps around a lone slow
+    # measurement); five members spread evenly below and above it; all five below it
+    members = np.array([
+        [0.0, -0.2, -1.0], [0.0, -0.1, -1.0], [0.0, 0.0, -1.0], [0.0, 0.1, -1.0], [3.0, 0.2, -1.0]
+    ])  # fmt: skip
+    empirical = ensemble_expected_improvement(members, 0.0, smoothing=False)
+    np.testing.assert_allclose(empirical, [0.0, (0.2 + 0.1) / 5, 1.0])
+    kde = ensemble_expected_improvement(members, 0.0)
+    normal = expected_improvement(members.mean(axis=0), members.std(axis=0), 0.0)
+    # the normal of the members' spread promises improvement that no member predicts ...
+    assert normal[0] > 0.2
+    # ... the members' density does not (the interquartile range, so the bandwidth, is 0)
+    assert kde[0] == 0.0
+    # where they spread evenly the density is smooth: more than the empirical average, which
+    # ignores that a member between two others could be lower still
+    q75, q25 = np.percentile(members[:, 1], [75, 25])
+    h = 0.9 * min(members[:, 1].std(), (q75 - q25) / 1.34) * 5**-0.2
+    by_hand = np.mean([expected_improvement(np.array([m]), np.array([h]), 0.0)[0]
+                       for m in members[:, 1]])  # fmt: skip
+    assert kde[1] == pytest.approx(by_hand) and kde[1] > empirical[1]
+    assert kde[2] == pytest.approx(1.0)  # members agree: the plain improvement
+    assert ensemble_expected_improvement(members, 0.0, xi=0.5)[2] == pytest.approx(0.5)
 
 
 def test_acquisition_multiplies_p_ok_and_subtracts_the_penalty() -> None:

@@ -284,14 +284,33 @@ def test_feasibility_params_reach_the_failure_classifier(tmp_path: Path) -> None
     space = SearchSpace(dataset.parameters, [])
     sampler = SurrogateSampler(
         space=space, seed=0, n_startup_trials=4,
-        feasibility_params={"calibration": "none", "min_child_weight": 0.5},
+        feasibility_params={"calibration": "sigmoid", "min_child_weight": 0.5},
     )  # fmt: skip
     study = optuna.create_study(direction="minimize", sampler=sampler)
     Runner(study=study, space=space, backend=ReplayBackend(dataset), trials=8,
            batch_size=1).run()  # fmt: skip
     feas = sampler._fit.feas
-    assert feas.calibration == "none" and feas.min_child_weight == 0.5
+    assert feas.calibration == "sigmoid" and feas.min_child_weight == 0.5
     assert feas.seed == sampler._seed
+
+
+@pytest.mark.parametrize("acquisition", ["ei-members", "ei-kde"])
+def test_ensemble_acquisitions_rank_by_the_members_predictions(
+    tmp_path: Path, acquisition: str
+) -> None:
+    dataset = load_dataset(write_kt_cache(tmp_path / "tiny.json"))
+    space = SearchSpace(dataset.parameters, [])
+    sampler = SurrogateSampler(space=space, seed=0, n_startup_trials=4, acquisition=acquisition)
+    study = optuna.create_study(direction="minimize", sampler=sampler)
+    Runner(study=study, space=space, backend=ReplayBackend(dataset), trials=10,
+           batch_size=1).run()  # fmt: skip
+    fit = sampler._fit
+    assert fit.cand_members is not None and fit.cand_members.shape[0] == sampler.n_models
+    np.testing.assert_allclose(fit.cand_mean, fit.cand_members.mean(axis=0))
+    configs = [tuple(sorted(t.params.items())) for t in study.trials]
+    assert len(configs) == len(set(configs)) == 10
+    with pytest.raises(ValueError, match="acquisition"):
+        SurrogateSampler(acquisition="ucb")
 
 
 def test_portfolio_outcome_reward_credits_the_strategy_that_set_a_new_best() -> None:
