@@ -164,10 +164,17 @@ class SurrogateSampler(BaseSampler):
         xi: expected-improvement margin on the model's (standardised log) scale.
         acquisition: ``"ei"``: expected improvement under a normal distribution with the
             ensemble's mean and spread; ``"ei-members"``: the improvement averaged over the
-            ensemble's members themselves. The two differ where the members disagree in two
-            camps, as around a lone slow measurement that only some bootstrap resamples hold:
-            there the normal's spread is wide and promises improvement that no member
-            predicts. Under measurement (docs/BENCHMARKS.md).
+            ensemble's members themselves; ``"ei-kde"``: under their kernel density
+            (:func:`~surrotune.surrogate.acquisition.ensemble_expected_improvement`). They
+            differ where the members disagree in two camps, as around a lone slow measurement
+            that only some bootstrap resamples hold: there the normal's spread is wide and
+            promises improvement that no member predicts. ``"ei"`` stays the default: on the
+            14 recordings (20 seeds) ``"ei-members"`` raised the mean methodology score from
+            0.678 to 0.691 (reduction 0.14 to 0.51, transpose 0.60 to 0.65) but needed more
+            evaluations to 98 % on all five convolution recordings of Kernel Tuner (A100 146
+            to 188.5, W7800 87 to 108.5), where the goal is furthest; ``"ei-kde"`` ran close
+            to ``"ei"`` on the four recordings it was screened on, neither gain nor loss
+            kept (docs/BENCHMARKS.md).
         gate_threshold: candidates with P(ok) below it are not proposed ...
         gate_epsilon: ... except with this probability per proposal (the gate is skipped).
         boundary_share: probability per proposal of choosing among candidates one step from a
