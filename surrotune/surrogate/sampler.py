@@ -363,6 +363,8 @@ class SurrogateSampler(BaseSampler):
         self._near_seen: set[int] = set()
         self._warm = _warm_start(warm_start, space, transfer_mode, n_warm_design, n_warm_fill)
         self._warm_sources: list[Source] | None = None
+        self._source_picks: set[int] = set()  # table keys the warm design's sources chose
+        self._fill_picks: set[int] = set()  # ... and its space-filling proposals
         self._target_device: dict[str, Any] | None = None
         #: the weights, affine maps and failure beliefs of the latest warm-started fit
         self.last_transfer: TransferFit | None = None
@@ -419,7 +421,9 @@ class SurrogateSampler(BaseSampler):
         rows = np.flatnonzero(available)
         in_design = obs.n + len(obs.pending) < self._warm.design_length if self._warm else False
         if self._warm is not None and (in_design or obs.n_ok < 2):
-            return table.config(int(rows[self._warm_design(table, obs, rows, rng)]))
+            direction = "maximize" if study.direction == StudyDirection.MAXIMIZE else "minimize"
+            choice = self._warm_design(table, obs, rows, rng, direction)
+            return table.config(int(rows[choice]))
         if self._warm is None and (obs.n < self.n_startup_trials or obs.n_ok < 2):
             existing = np.array(obs.encoded + obs.pending).reshape(-1, table.encoded.shape[1])
             pick = greedy_maximin(
@@ -716,7 +720,12 @@ class SurrogateSampler(BaseSampler):
         return self._warm_sources
 
     def _warm_design(
-        self, table: _Table, obs: _Observed, rows: np.ndarray, rng: np.random.Generator
+        self,
+        table: _Table,
+        obs: _Observed,
+        rows: np.ndarray,
+        rng: np.random.Generator,
+        direction: str = "minimize",
     ) -> int:
         """The next proposal of the warm initial design (an index into ``rows``): a source's
         best predicted configuration kept apart from the others, or a space-filling one."""
@@ -724,7 +733,10 @@ class SurrogateSampler(BaseSampler):
 
         assert self._warm is not None
         existing = np.array(obs.encoded + obs.pending).reshape(-1, table.dim)
-        which = self._warm.design_turn(obs.n + len(obs.pending))
+        turn = obs.n + len(obs.pending)
+        which = self._warm.design_turn(
+            turn, *self._design_bests(obs, direction), len(self._source_picks)
+        )
         sources = self._sources(table)
         if which is None:
             # the space-filling points a cold start would measure: spread among themselves,
@@ -737,12 +749,30 @@ class SurrogateSampler(BaseSampler):
             ])  # fmt: skip
             if len(existing):
                 existing = existing[min_distances(existing, table.encoded[picks]) > 0]
-            return int(greedy_maximin(table.encoded[rows], 1, rng, existing=existing)[0])
+            choice = int(greedy_maximin(table.encoded[rows], 1, rng, existing=existing)[0])
+            self._fill_picks.add(int(table.keys[rows[choice]]))
+            return choice
         score = self._warm.design_score(sources, which)
-        return pick_design(
+        choice = pick_design(
             score, table.encoded, rows, existing, pool=self._warm.design_pool,
             gap=self._warm.design_gap,
         )  # fmt: skip
+        self._source_picks.add(int(table.keys[rows[choice]]))
+        return choice
+
+    def _design_bests(
+        self, obs: _Observed, direction: str
+    ) -> tuple[float | None, float | None]:
+        """The best measurements (transformed: lower is better) of the warm design's source
+        picks and of its space-filling ones; None where none of the kind is measured ok."""
+        bests: list[float | None] = []
+        for picks in (self._source_picks, self._fill_picks):
+            values = [v for v, k in zip(obs.values, obs.keys, strict=True)
+                      if v is not None and int(k) in picks]  # fmt: skip
+            bests.append(
+                float(transform_objective(np.array(values), direction).min()) if values else None
+            )
+        return bests[0], bests[1]
 
     def _observed_sources(self, table: _Table, keys: Sequence[int]) -> list[Source]:
         """The sources at the measured configurations: read from the candidates' predictions,

@@ -419,6 +419,12 @@ class WarmStart:
         prior_strength: the prior's exponent right after the design (``mode="prior"``). 0 by
             default (part of the measured defaults, docs/transfer.md): the sources act through
             the initial design and the failure transfer.
+        adaptive: the design's ``n_design + n_fill`` proposals are not a fixed sequence: the
+            first is a source's, the second space-filling, and each later one a source's while
+            the best measurement of the sources' picks is at least as good as the best of the
+            space-filling ones, space-filling otherwise. A source whose best configurations are
+            good on the target keeps the design; one that misleads hands it to the cold start's
+            space-filling points after a single comparison.
     """
 
     def __init__(
@@ -431,6 +437,7 @@ class WarmStart:
         design_pool: int = 64,
         design_gap: float = 0.1,
         prior_strength: float = 0.0,
+        adaptive: bool = False,
     ) -> None:
         if mode not in TRANSFER_MODES:
             raise ValueError(f"mode must be one of {', '.join(TRANSFER_MODES)}; got {mode!r}")
@@ -446,6 +453,7 @@ class WarmStart:
         self.n_fill = n_fill
         self.prior_strength = prior_strength
         self.design_gap = design_gap
+        self.adaptive = adaptive
         sequence: list[bool] = []  # True: the sources choose; False: space-filling
         while len(sequence) < n_design + n_fill:
             chosen = sum(sequence)
@@ -472,10 +480,31 @@ class WarmStart:
     def design_length(self) -> int:
         return len(self._sequence)
 
-    def design_turn(self, turn: int) -> int | None:
+    def design_turn(
+        self,
+        turn: int,
+        source_best: float | None = None,
+        fill_best: float | None = None,
+        n_source: int = 0,
+    ) -> int | None:
         """Which source chooses the ``turn``-th proposal of the design (they take turns), or
-        None for a space-filling one."""
-        if turn >= len(self._sequence) or not self._sequence[turn]:
+        None for a space-filling one. ``adaptive``: decided by ``source_best`` and
+        ``fill_best``, the best measurements so far of the sources' picks and of the
+        space-filling ones (lower is better; None before one is measured), ``n_source`` the
+        sources' picks so far."""
+        if turn >= len(self._sequence):
+            return None
+        if self.adaptive:
+            if turn == 0:
+                source = True
+            elif turn == 1:
+                source = False  # one space-filling point to compare the sources' picks with
+            elif source_best is None or fill_best is None:  # nothing to compare yet: alternate
+                source = n_source <= turn - n_source
+            else:
+                source = source_best <= fill_best
+            return n_source % len(self.bundles) if source else None
+        if not self._sequence[turn]:
             return None
         return sum(self._sequence[:turn]) % len(self.bundles)
 

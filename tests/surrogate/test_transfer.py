@@ -266,6 +266,37 @@ def test_design_interleaves_space_filling_proposals() -> None:
     assert [two.design_turn(t) for t in range(4)] == [0, 1, 0, 1]  # the sources take turns
 
 
+def test_adaptive_design_follows_whichever_kind_measured_best() -> None:
+    warm = WarmStart([_bundle()], n_design=6, adaptive=True)
+    assert warm.design_turn(0) == 0  # a source's pick first ...
+    assert warm.design_turn(1, source_best=1.0, n_source=1) is None  # ... then one to compare
+    assert warm.design_turn(2, source_best=1.0, fill_best=2.0, n_source=1) == 0
+    assert warm.design_turn(2, source_best=3.0, fill_best=2.0, n_source=1) is None
+    assert warm.design_turn(2, source_best=2.0, fill_best=2.0, n_source=1) == 0  # ties: source
+    # nothing measured yet (a batch in flight): the two kinds alternate
+    assert warm.design_turn(2, n_source=1) == 0 and warm.design_turn(3, n_source=2) is None
+    assert warm.design_turn(6, source_best=1.0, fill_best=2.0, n_source=5) is None  # design over
+
+
+@pytest.mark.parametrize("shift, most", [(0.0, "source"), (-2.0, "fill")])
+def test_adaptive_design_hands_a_misleading_source_to_space_filling(
+    shift: float, most: str
+) -> None:
+    space = SearchSpace(PARAMS)
+    source = _bundle(_results(shift=shift))  # shift -2: the source's optimum is BX=16, not 64
+    sampler = SurrogateSampler(
+        space=space, seed=0, warm_start=WarmStart([source], n_design=8, adaptive=True)
+    )
+    study = optuna.create_study(sampler=sampler)
+    for _ in range(8):
+        trial = study.ask()
+        config = {n: trial.suggest_categorical(n, space.values[n]) for n in space.names}
+        study.tell(trial, _time(config, shift=2.0 if shift else 0.0))
+    picks = {"source": len(sampler._source_picks), "fill": len(sampler._fill_picks)}
+    assert sum(picks.values()) == 8
+    assert picks[most] > 8 - picks[most], picks
+
+
 def test_warm_start_is_deterministic_for_a_seed(bundle: ModelBundle) -> None:
     space = SearchSpace(PARAMS)
 
