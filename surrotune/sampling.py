@@ -159,12 +159,14 @@ def make_sampler(
     ablate: Sequence[str] = (),
     warm_start: Sequence[Any] = (),
     transfer_mode: str = "prior",
+    warm_params: Mapping[str, Any] | None = None,
 ) -> BaseSampler:
     """The sampler called ``name``; raises ValueError for an unknown name or a missing extra.
 
     ``ablate`` switches parts of the surrogate sampler off (see :data:`ABLATIONS`).
     ``warm_start``: model bundles (or their paths) that warm-start the surrogate sampler
-    (docs/transfer.md); a BundleError when one does not fit the space.
+    (docs/transfer.md); a BundleError when one does not fit the space. ``warm_params``: further
+    :class:`~surrotune.surrogate.transfer.WarmStart` options, for measuring them.
     """
     unknown = sorted(set(ablate) - set(ABLATIONS))
     if unknown or (ablate and name != "surrogate"):
@@ -194,6 +196,7 @@ def make_sampler(
             alignment="features" not in ablate,
             warm_start=list(warm_start) or None,
             transfer_mode=transfer_mode,
+            warm_params=warm_params,
         )
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)

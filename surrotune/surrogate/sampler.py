@@ -212,6 +212,9 @@ class SurrogateSampler(BaseSampler):
             the ``n_startup_trials`` space-filling ones) ...
         n_warm_fill: ... and space-filling ones interleaved with them (none by default: the
             measured defaults, docs/transfer.md).
+        warm_params: further :class:`~surrotune.surrogate.transfer.WarmStart` options
+            (``design_gap``, ``adaptive``, ...), for measuring them
+            (benchmarks/warm_design_variants.py).
         counter_features: once at least ``MIN_PROFILED`` (10) learned trials carry Nsight
             Compute counters (the trial attribute ``counters``, or the study attribute
             ``counters.<number>``), small models learn configuration → counters on them and
@@ -288,6 +291,7 @@ class SurrogateSampler(BaseSampler):
         transfer_mode: str = "prior",
         n_warm_design: int = 10,
         n_warm_fill: int = 0,
+        warm_params: Mapping[str, Any] | None = None,
         counter_features: bool = False,
         counter_targets: Sequence[str] | None = None,
         cap_quantile: float | None = None,
@@ -361,7 +365,9 @@ class SurrogateSampler(BaseSampler):
         self._trial_keys: dict[int, Any] = {}
         self._near: np.ndarray | None = None
         self._near_seen: set[int] = set()
-        self._warm = _warm_start(warm_start, space, transfer_mode, n_warm_design, n_warm_fill)
+        self._warm = _warm_start(
+            warm_start, space, transfer_mode, n_warm_design, n_warm_fill, dict(warm_params or {})
+        )
         self._warm_sources: list[Source] | None = None
         self._source_picks: set[int] = set()  # table keys the warm design's sources chose
         self._fill_picks: set[int] = set()  # ... and its space-filling proposals
@@ -1205,7 +1211,12 @@ class _Table:
 
 
 def _warm_start(
-    warm_start: Any, space: SearchSpace | None, mode: str, n_design: int, n_fill: int
+    warm_start: Any,
+    space: SearchSpace | None,
+    mode: str,
+    n_design: int,
+    n_fill: int,
+    params: Mapping[str, Any],
 ) -> WarmStart | None:
     """The sampler's WarmStart, checked against the space; None without one."""
     if warm_start is None or (isinstance(warm_start, Sequence) and not warm_start
@@ -1221,7 +1232,9 @@ def _warm_start(
     warm = (
         warm_start
         if isinstance(warm_start, WarmStart)
-        else WarmStart(warm_start, mode=mode, n_design=n_design, n_fill=n_fill)
+        else WarmStart(
+            warm_start, **{"mode": mode, "n_design": n_design, "n_fill": n_fill, **params}
+        )
     )
     warm.check(space.values)
     return warm

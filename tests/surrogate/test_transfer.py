@@ -278,6 +278,16 @@ def test_adaptive_design_follows_whichever_kind_measured_best() -> None:
     assert warm.design_turn(6, source_best=1.0, fill_best=2.0, n_source=5) is None  # design over
 
 
+def test_warm_params_reach_the_warm_start(bundle: ModelBundle) -> None:
+    sampler = SurrogateSampler(
+        space=SearchSpace(PARAMS), seed=0, warm_start=[bundle], n_warm_design=5, n_warm_fill=5,
+        warm_params=(("design_gap", 0.0), ("adaptive", True)),
+    )  # fmt: skip
+    warm = sampler._warm
+    assert warm is not None and warm.design_gap == 0.0 and warm.adaptive
+    assert warm.n_design == 5 and warm.n_fill == 5 and warm.design_length == 10
+
+
 @pytest.mark.parametrize("shift, most", [(0.0, "source"), (-2.0, "fill")])
 def test_adaptive_design_hands_a_misleading_source_to_space_filling(
     shift: float, most: str

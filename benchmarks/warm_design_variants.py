@@ -1,0 +1,73 @@
+"""Compare warm-start design options on a source -> target pair, in `surrotune bench`'s loop.
+
+    python3 benchmarks/warm_design_variants.py SOURCE TARGET --variant NAME:OPTION=VALUE[,...] \
+        [--variant ...] [--baselines] --seeds 20 --budget 200 --jobs 2 -o OUT
+
+The source model is the one `surrotune bench --warm-start` fits (a 200-evaluation surrogate run,
+seed 0, on SOURCE; kept in OUT/models/ and reused). Each ``--variant`` is a label and the
+:class:`~surrotune.surrogate.transfer.WarmStart` options it sets (``warm`` with none is the
+default warm start), e.g. ``fill5:n_design=5,n_fill=5`` or ``adapt:adaptive=True``;
+``--baselines`` adds the cold start and the enqueue baseline (the source's 10 best measured
+configurations, then the surrogate), as `surrotune bench --warm-start --methods cold,enqueue`
+runs them. The report (bench.md, runs.jsonl) is `surrotune bench`'s; ``--resume`` keeps
+finished runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import shlex
+import sys
+from pathlib import Path
+
+from surrotune.bench.harness import SamplerSpec, dataset_name, run_bench
+from surrotune.bench.transfer import _fit_sources
+
+
+def parse_variant(text: str, bundle: str) -> SamplerSpec:
+    """``label:name=value,...`` as a warm-started surrogate with those WarmStart options."""
+    label, _, options = text.partition(":")
+    params = []
+    for part in filter(None, options.split(",")):
+        name, _, value = part.partition("=")
+        params.append((name.strip(), ast.literal_eval(value.strip())))
+    spec: tuple = (("warm_start", (bundle,)),)
+    if params:
+        spec += (("warm_params", tuple(params)),)
+    return SamplerSpec("surrogate", label, spec)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("source")
+    parser.add_argument("target")
+    parser.add_argument("--variant", action="append", default=[])
+    parser.add_argument("--baselines", action="store_true")
+    parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("--budget", type=int, default=200)
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--resume", action="store_true")
+    parser.add_argument("-o", "--out", required=True)
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    name = dataset_name(Path(args.source)).replace("/", "_")
+    bundle = out / "models" / f"{name}.run200.json.gz"  # the name surrotune bench gives it
+    if not bundle.is_file():
+        bundle.parent.mkdir(parents=True, exist_ok=True)
+        _fit_sources([(args.source, bundle)], 200, 1, False)
+    specs = [parse_variant(v, str(bundle)) for v in args.variant]
+    if args.baselines:
+        specs += [
+            SamplerSpec("surrogate", "cold", ()),
+            SamplerSpec("surrogate", "enqueue", (("enqueue", (str(bundle), 10)),)),
+        ]
+    run_bench(
+        [args.target], specs, args.budget, args.seeds, out, jobs=args.jobs, plots=False,
+        resume=args.resume, command=shlex.join(["python3", *sys.argv]),
+    )  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
