@@ -427,8 +427,7 @@ class SurrogateSampler(BaseSampler):
         rows = np.flatnonzero(available)
         in_design = obs.n + len(obs.pending) < self._warm.design_length if self._warm else False
         if self._warm is not None and (in_design or obs.n_ok < 2):
-            direction = "maximize" if study.direction == StudyDirection.MAXIMIZE else "minimize"
-            choice = self._warm_design(table, obs, rows, rng, direction)
+            choice = self._warm_design(table, obs, rows, rng, _direction_of(study))
             return table.config(int(rows[choice]))
         if self._warm is None and (obs.n < self.n_startup_trials or obs.n_ok < 2):
             existing = np.array(obs.encoded + obs.pending).reshape(-1, table.encoded.shape[1])
@@ -443,12 +442,9 @@ class SurrogateSampler(BaseSampler):
         if fit.cand_mean is None:
             assert fit.perf is not None
             features = fit.augment(table.features)
-            if self.acquisition != "ei":
-                fit.cand_members = fit.perf.predict_members(features)
-                fit.cand_mean = fit.cand_members.mean(axis=0)
-                fit.cand_std = fit.cand_members.std(axis=0)
-            else:
-                fit.cand_mean, fit.cand_std = fit.perf.predict(features, return_std=True)
+            fit.cand_members = fit.perf.predict_members(features)
+            fit.cand_mean = fit.cand_members.mean(axis=0)
+            fit.cand_std = fit.cand_members.std(axis=0)
             fit.cand_ok = fit.feas.predict_ok(features)
         assert fit.cand_std is not None and fit.cand_ok is not None
         self._update_near(table, obs)
@@ -487,7 +483,11 @@ class SurrogateSampler(BaseSampler):
             boundary,
             rng,
             prior=fit.cand_prior[rows] if fit.cand_prior is not None else None,
-            members=fit.cand_members[:, rows] if fit.cand_members is not None else None,
+            members=(
+                fit.cand_members[:, rows]
+                if self.acquisition != "ei" and fit.cand_members is not None
+                else None
+            ),
         )
         _record_prediction(study, trial, obs, fit.direction, float(fit.cand_mean[rows][choice]))
         return table.config(int(rows[choice]))
@@ -739,9 +739,9 @@ class SurrogateSampler(BaseSampler):
 
         assert self._warm is not None
         existing = np.array(obs.encoded + obs.pending).reshape(-1, table.dim)
-        turn = obs.n + len(obs.pending)
+        bests = self._design_bests(obs, direction) if self._warm.adaptive else (None, None)
         which = self._warm.design_turn(
-            turn, *self._design_bests(obs, direction), len(self._source_picks)
+            obs.n + len(obs.pending), *bests, len(self._source_picks)
         )
         sources = self._sources(table)
         if which is None:
@@ -984,7 +984,7 @@ class SurrogateSampler(BaseSampler):
         transformed objective of the ok ones."""
         X = np.array(obs.features, dtype=np.float32)
         ok = np.array([v is not None for v in obs.values])
-        direction = "maximize" if study.direction == StudyDirection.MAXIMIZE else "minimize"
+        direction = _direction_of(study)
         values = np.array([v for v in obs.values if v is not None], dtype=np.float64)
         y = transform_objective(values, direction)
         if self.cap_quantile is not None and len(y) >= 10:
@@ -1077,7 +1077,7 @@ class _Fit:
     cand_mean: np.ndarray | None = None
     cand_std: np.ndarray | None = None
     cand_ok: np.ndarray | None = None
-    cand_members: np.ndarray | None = None  # (K, n) members' predictions, for "ei-members"
+    cand_members: np.ndarray | None = None  # (K, n): the members' predictions
     cand_prior: np.ndarray | None = None  # a warm start's factor on expected improvement
     gate: bool = False  # gate on P(ok) even where the classifier alone is not informative
     counters: CounterModel | None = None  # predicted counters as extra features (if fitted)
@@ -1208,6 +1208,11 @@ class _Table:
                 ok = (index[:, k] + step >= 0) & (index[:, k] + step < self.lengths[k])
                 near.append(keys[ok] + step * self.strides[k])
         return np.isin(self.keys, np.concatenate(near))
+
+
+def _direction_of(study: Study) -> str:
+    """``"maximize"`` or ``"minimize"``, as transform_objective takes it."""
+    return "maximize" if study.direction == StudyDirection.MAXIMIZE else "minimize"
 
 
 def _warm_start(
