@@ -16,7 +16,6 @@ configurations held back ("lost"). A table per dataset, one row per (size, varia
 from __future__ import annotations
 
 import argparse
-import ast
 import sys
 import warnings
 from pathlib import Path
@@ -24,7 +23,7 @@ from pathlib import Path
 import numpy as np
 from sklearn import metrics
 
-from surrotune.bench.harness import prepare_dataset
+from surrotune.bench.harness import parse_options, prepare_dataset
 from surrotune.surrogate.feasibility import FeasibilityModel
 from surrotune.surrogate.sampler import SurrogateSampler
 
@@ -33,15 +32,6 @@ DEFAULT_VARIANTS = (
     "none:calibration='none'",
     "none-mcw0.1:calibration='none',min_child_weight=0.1",
 )
-
-
-def parse_variant(text: str) -> tuple[str, dict]:
-    label, _, options = text.partition(":")
-    params = {}
-    for part in filter(None, options.split(",")):
-        name, _, value = part.partition("=")
-        params[name.strip()] = ast.literal_eval(value.strip())
-    return label, params
 
 
 def measured(path: str) -> tuple[np.ndarray, np.ndarray]:
@@ -89,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gate", type=float, default=0.1)
     parser.add_argument("--variant", action="append")
     args = parser.parse_args(argv)
-    variants = [parse_variant(v) for v in (args.variant or DEFAULT_VARIANTS)]
+    variants = [parse_options(v) for v in (args.variant or DEFAULT_VARIANTS)]
     sizes = [int(s) for s in args.sizes.split(",")]
     print(f"# {' '.join(['python3', *sys.argv])}")
     for path in args.datasets:
@@ -106,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
                     test = np.setdiff1d(np.arange(len(ok)), train)
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore")
-                        model = FeasibilityModel(seed=0, **params).fit(X[train], ok[train])
+                        model = FeasibilityModel(seed=0, **dict(params)).fit(X[train], ok[train])
                     rows.append(scores(model.predict_ok(X[test]), ok[test], args.gate))
                 ll, brier, ece, leak, lost = np.nanmean(np.array(rows), axis=0)
                 print(

@@ -11,41 +11,16 @@ the numbers compare with docs/BENCHMARKS.md's; ``--resume`` keeps finished runs.
 from __future__ import annotations
 
 import argparse
-import ast
 import shlex
 import sys
 
-from surrotune.bench.harness import SamplerSpec, run_bench
+from surrotune.bench.harness import SamplerSpec, parse_options, run_bench
 
 
 def parse_variant(text: str) -> SamplerSpec:
     """``label:name=value,name=value`` as a surrogate SamplerSpec with those attributes."""
-    label, _, options = text.partition(":")
-    attrs = []
-    for part in filter(None, _top_level_split(options)):
-        name, _, value = part.partition("=")
-        attrs.append((name.strip(), ast.literal_eval(value.strip())))
-    return SamplerSpec("surrogate", label, (("attrs", tuple(attrs)),) if attrs else ())
-
-
-def _top_level_split(text: str) -> list[str]:
-    """``text`` split at the commas outside brackets and quotes, so that an option's value may
-    be a dict or a tuple (``feasibility_params={'a': 1, 'b': 2}``)."""
-    parts, depth, quote, start = [], 0, "", 0
-    for i, ch in enumerate(text):
-        if quote:
-            quote = "" if ch == quote else quote
-        elif ch in "'\"":
-            quote = ch
-        elif ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
-    parts.append(text[start:])
-    return parts
+    label, attrs = parse_options(text)
+    return SamplerSpec("surrogate", label, (("attrs", attrs),) if attrs else ())
 
 
 def main(argv: list[str] | None = None) -> int:

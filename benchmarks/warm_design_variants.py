@@ -16,25 +16,20 @@ finished runs.
 from __future__ import annotations
 
 import argparse
-import ast
 import shlex
 import sys
 from pathlib import Path
 
-from surrotune.bench.harness import SamplerSpec, dataset_name, run_bench
+from surrotune.bench.harness import SamplerSpec, dataset_name, parse_options, run_bench
 from surrotune.bench.transfer import _fit_sources
 
 
 def parse_variant(text: str, bundle: str) -> SamplerSpec:
     """``label:name=value,...`` as a warm-started surrogate with those WarmStart options."""
-    label, _, options = text.partition(":")
-    params = []
-    for part in filter(None, options.split(",")):
-        name, _, value = part.partition("=")
-        params.append((name.strip(), ast.literal_eval(value.strip())))
+    label, params = parse_options(text)
     spec: tuple = (("warm_start", (bundle,)),)
     if params:
-        spec += (("warm_params", tuple(params)),)
+        spec += (("warm_params", params),)
     return SamplerSpec("surrogate", label, spec)
 
 

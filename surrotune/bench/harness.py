@@ -24,6 +24,7 @@ with what it evaluated and marked as not finished.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import dataclasses
 import importlib.util
@@ -64,6 +65,7 @@ __all__ = [
     "RunSpec",
     "SamplerSpec",
     "evaluation_sequence",
+    "parse_options",
     "parse_samplers",
     "prepare_dataset",
     "record_runs",
@@ -198,6 +200,33 @@ class SamplerSpec:
     @property
     def is_kernel_tuner(self) -> bool:
         return self.name.startswith(_KT_PREFIX)
+
+
+def parse_options(text: str) -> tuple[str, tuple[tuple[str, Any], ...]]:
+    """``label:name=value,name=value`` as the label and its ``(name, value)`` pairs, each value
+    a Python literal. Options split at the commas outside brackets and quotes, so that a value
+    may be a dict or a tuple (``feasibility_params={'a': 1, 'b': 2}``). The benchmark scripts
+    that compare options of a sampler or a model take their ``--variant`` this way."""
+    label, _, options = text.partition(":")
+    parts, depth, quote, start = [], 0, "", 0
+    for i, ch in enumerate(options):
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(options[start:i])
+            start = i + 1
+    parts.append(options[start:])
+    pairs = []
+    for part in filter(None, parts):
+        name, _, value = part.partition("=")
+        pairs.append((name.strip(), ast.literal_eval(value.strip())))
+    return label, tuple(pairs)
 
 
 def parse_samplers(text: str | Sequence[str], ablate: Sequence[str] = ()) -> list[SamplerSpec]:

@@ -17,6 +17,7 @@ from surrotune.bench.harness import (
     BenchError,
     RunSpec,
     SamplerSpec,
+    parse_options,
     parse_samplers,
     prepare_dataset,
     run_bench,
@@ -205,3 +206,18 @@ def test_resume_keeps_matching_runs_and_runs_only_the_rest(tiny: Path, tmp_path:
     # another budget is another question: nothing is kept
     third = run_bench([tiny], "random", 4, 1, out, jobs=1, plots=False, resume=True)
     assert [r.budget for r in third.records] == [4]
+
+
+def test_variant_options_split_outside_brackets_and_quotes() -> None:
+    label, pairs = parse_options(
+        "nocal:feasibility_params={'calibration': 'none', 'min_child_weight': 0.1},"
+        "gate_threshold=0.3,note='a,b',shape=(1, 2)"
+    )
+    assert label == "nocal"
+    assert pairs == (
+        ("feasibility_params", {"calibration": "none", "min_child_weight": 0.1}),
+        ("gate_threshold", 0.3), ("note", "a,b"), ("shape", (1, 2)),
+    )  # fmt: skip
+    assert parse_options("default") == ("default", ())
+    with pytest.raises(ValueError):
+        parse_options("bad:x=not_a_literal")
