@@ -16,21 +16,22 @@ finished runs.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shlex
 import sys
 from pathlib import Path
 
-from surrotune.bench.harness import SamplerSpec, dataset_name, parse_options, run_bench
-from surrotune.bench.transfer import _fit_sources
+from surrotune.bench.harness import SamplerSpec, parse_options, run_bench
+from surrotune.bench.transfer import fit_source_bundles, method_spec
 
 
 def parse_variant(text: str, bundle: str) -> SamplerSpec:
     """``label:name=value,...`` as a warm-started surrogate with those WarmStart options."""
     label, params = parse_options(text)
-    spec: tuple = (("warm_start", (bundle,)),)
+    spec = method_spec("warm", label, bundle)
     if params:
-        spec += (("warm_params", params),)
-    return SamplerSpec("surrogate", label, spec)
+        spec = dataclasses.replace(spec, options=(*spec.options, ("warm_params", params)))
+    return spec
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,17 +47,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-o", "--out", required=True)
     args = parser.parse_args(argv)
     out = Path(args.out)
-    name = dataset_name(Path(args.source)).replace("/", "_")
-    bundle = out / "models" / f"{name}.run200.json.gz"  # the name surrotune bench gives it
-    if not bundle.is_file():
-        bundle.parent.mkdir(parents=True, exist_ok=True)
-        _fit_sources([(args.source, bundle)], 200, 1, False)
-    specs = [parse_variant(v, str(bundle)) for v in args.variant]
+    bundle = str(fit_source_bundles([args.source], out, 200, resume=True)[args.source])
+    specs = [parse_variant(v, bundle) for v in args.variant]
     if args.baselines:
-        specs += [
-            SamplerSpec("surrogate", "cold", ()),
-            SamplerSpec("surrogate", "enqueue", (("enqueue", (str(bundle), 10)),)),
-        ]
+        specs += [method_spec("cold", "cold", bundle), method_spec("enqueue", "enqueue", bundle)]
     run_bench(
         [args.target], specs, args.budget, args.seeds, out, jobs=args.jobs, plots=False,
         resume=args.resume, command=shlex.join(["python3", *sys.argv]),

@@ -51,7 +51,9 @@ __all__ = [
     "METHODS",
     "Pair",
     "build_source_bundle",
+    "fit_source_bundles",
     "format_transfer",
+    "method_spec",
     "run_transfer_bench",
 ]
 
@@ -174,19 +176,10 @@ def run_transfer_bench(
                 raise BenchError(f"--warm-start: file not found: {path}")
     start = time.monotonic()
     out = Path(out_dir)
-    (out / "models").mkdir(parents=True, exist_ok=True)
-    bundles: dict[str, Path] = {}
-    to_fit: list[tuple[str, Path]] = []
-    for source in dict.fromkeys(p.source for p in chosen):
-        name = dataset_name(Path(source)).replace("/", "_")
-        what = "full" if source_budget is None else f"run{source_budget}"
-        what += ".geometry" if launch_features else ""
-        path = out / "models" / f"{name}.{what}.json.gz"
-        if not (resume and path.is_file()):
-            say(f"surrotune bench: fitting the model of {source} ({what})")
-            to_fit.append((source, path))
-        bundles[source] = path
-    _fit_sources(to_fit, source_budget, jobs, launch_features)
+    bundles = fit_source_bundles(
+        [p.source for p in chosen], out, source_budget, jobs=jobs,
+        launch_features=launch_features, resume=resume, log=say,
+    )  # fmt: skip
     tasks = _tasks(chosen, bundles, methods, seed_list, budget, time_limit_s, transfer_mode,
                    enqueue_top, launch_features)  # fmt: skip
     records, todo = resumed_runs(out, tasks, resume)
@@ -223,6 +216,36 @@ def run_transfer_bench(
     return text, records
 
 
+def fit_source_bundles(
+    sources: Sequence[str],
+    out: Path,
+    source_budget: int | None,
+    *,
+    jobs: int = 1,
+    launch_features: bool = False,
+    resume: bool = False,
+    log: Callable[[str], None] | None = None,
+) -> dict[str, Path]:
+    """The bundle of each source recording, under ``out/models/`` (``NAME.run200.json.gz`` for
+    a 200-evaluation source run, ``NAME.full.json.gz`` for the whole recording): fitted here,
+    or with ``resume`` kept where it is already there."""
+    (out / "models").mkdir(parents=True, exist_ok=True)
+    bundles: dict[str, Path] = {}
+    to_fit: list[tuple[str, Path]] = []
+    for source in dict.fromkeys(sources):
+        name = dataset_name(Path(source)).replace("/", "_")
+        what = "full" if source_budget is None else f"run{source_budget}"
+        what += ".geometry" if launch_features else ""
+        path = out / "models" / f"{name}.{what}.json.gz"
+        if not (resume and path.is_file()):
+            if log is not None:
+                log(f"surrotune bench: fitting the model of {source} ({what})")
+            to_fit.append((source, path))
+        bundles[source] = path
+    _fit_sources(to_fit, source_budget, jobs, launch_features)
+    return bundles
+
+
 def _fit_sources(
     to_fit: Sequence[tuple[str, Path]], budget: int | None, jobs: int, launch_features: bool
 ) -> None:
@@ -243,6 +266,33 @@ def _fit_sources(
             future.result()
 
 
+def method_spec(
+    method: str,
+    label: str,
+    bundle: str,
+    *,
+    mode: str = "prior",
+    top: int = 10,
+    launch_features: bool = False,
+) -> SamplerSpec:
+    """The sampler of one of :data:`METHODS` against the source ``bundle``: the cold start,
+    the warm start (``mode``: how the prior enters), or the ``top`` source configurations
+    enqueued before the surrogate sampler (``enqueue``) or TPE (``enqueue-tpe``)."""
+    geometry: tuple[tuple[str, Any], ...] = (
+        (("attrs", (("launch_features", True),)),) if launch_features else ()
+    )
+    if method == "cold":
+        return SamplerSpec("surrogate", label, geometry)
+    if method == "warm":
+        options: tuple[tuple[str, Any], ...] = (("warm_start", (bundle,)),)
+        if mode != "prior":
+            options += (("transfer_mode", mode),)
+        return SamplerSpec("surrogate", label, options + geometry)
+    if method == "enqueue-tpe":
+        return SamplerSpec("tpe", label, (("enqueue", (bundle, top)),))
+    return SamplerSpec("surrogate", label, (("enqueue", (bundle, top)), *geometry))
+
+
 def _tasks(
     pairs: Sequence[Pair],
     bundles: dict[str, Path],
@@ -255,25 +305,13 @@ def _tasks(
     launch_features: bool = False,
 ) -> list[RunSpec]:
     specs: dict[tuple[str, str], SamplerSpec] = {}
-    geometry: tuple[tuple[str, Any], ...] = (
-        (("attrs", (("launch_features", True),)),) if launch_features else ()
-    )
     for pair in pairs:
         bundle = str(bundles[pair.source])
         for method in methods:
             label = pair.label(method)
-            if method == "cold":
-                spec = SamplerSpec("surrogate", label, geometry)
-            elif method == "warm":
-                options: tuple[tuple[str, Any], ...] = (("warm_start", (bundle,)),)
-                if mode != "prior":
-                    options += (("transfer_mode", mode),)
-                spec = SamplerSpec("surrogate", label, options + geometry)
-            elif method == "enqueue-tpe":
-                spec = SamplerSpec("tpe", label, (("enqueue", (bundle, top)),))
-            else:
-                spec = SamplerSpec("surrogate", label, (("enqueue", (bundle, top)), *geometry))
-            specs[(pair.target, label)] = spec
+            specs[(pair.target, label)] = method_spec(
+                method, label, bundle, mode=mode, top=top, launch_features=launch_features
+            )
     return [
         RunSpec(target, spec, seed, budget, time_limit_s, 1)
         for (target, _), spec in specs.items()
