@@ -81,6 +81,7 @@ from surrotune.surrogate.features import (
 )
 from surrotune.surrogate.geometry import LaunchShape
 from surrotune.surrogate.performance import (
+    CopulaScale,
     PerformanceModel,
     objective_transform,
     transform_objective,
@@ -96,6 +97,7 @@ __all__ = ["SurrogateSampler"]
 #: statuses that say nothing about the kernel (never compiled): not learned
 _NOT_LEARNED = {Status.CONSTRAINT.value}
 _ACQUISITIONS = ("ei", "ei-members", "ei-kde")
+_OBJECTIVE_SCALES = ("log", "copula")
 #: the label of a FAIL trial without a ``status`` attribute
 GENERIC_FAILURE = "fail"
 
@@ -234,6 +236,12 @@ class SurrogateSampler(BaseSampler):
             measured values before the performance model is fitted, so that its trees spend
             their splits on ranking the good configurations rather than on how slow the slow
             ones are (the acquisition only cares about the good end).
+        objective_scale: what the performance model learns. ``"log"``: the log of a time (the
+            negative log of a rate); ``"copula"``: those values' normal scores by rank
+            (:class:`~surrotune.surrogate.performance.CopulaScale`), the order and nothing
+            else, so that a few very slow measurements cannot widen the ensemble's spread
+            over a region they barely touch. Expected improvement is computed on the same
+            scale; the recorded prediction is mapped back to the objective's units.
         alignment: add, for every integer parameter that mixes powers of two with other values,
             its alignment (the power of two that divides it) and whether it is a power of two
             as features (:func:`~surrotune.surrogate.features.alignment_features`), on both
@@ -295,6 +303,7 @@ class SurrogateSampler(BaseSampler):
         counter_features: bool = False,
         counter_targets: Sequence[str] | None = None,
         cap_quantile: float | None = None,
+        objective_scale: str = "log",
         launch_shape: LaunchShape | None = None,
         launch_features: bool = False,
         alignment: bool = True,
@@ -343,6 +352,11 @@ class SurrogateSampler(BaseSampler):
         self.counter_features = counter_features
         self.counter_targets = counter_targets
         self.cap_quantile = cap_quantile
+        if objective_scale not in _OBJECTIVE_SCALES:
+            raise ValueError(
+                f"objective_scale must be one of {_OBJECTIVE_SCALES}; got {objective_scale!r}"
+            )
+        self.objective_scale = objective_scale
         self.launch_shape = launch_shape
         self.launch_features = launch_features
         self.alignment = alignment
@@ -460,12 +474,12 @@ class SurrogateSampler(BaseSampler):
             boundary = table.boundary_mask(obs.failed_keys)[rows]
         if self.portfolio:
             row = self._portfolio(table, fit, obs, rows, pending, rng, trial.number)
-            _record_prediction(study, trial, obs, fit.direction, float(fit.cand_mean[row]))
+            _record_prediction(study, trial, obs, fit, float(fit.cand_mean[row]))
             return table.config(row)
         if self.marginal_share > 0 and rng.random() < self.marginal_share:
             row = self._marginal_choice(table, fit, obs, rows, rng)
             if row is not None:
-                _record_prediction(study, trial, obs, fit.direction, float(fit.cand_mean[row]))
+                _record_prediction(study, trial, obs, fit, float(fit.cand_mean[row]))
                 return table.config(row)
         if self.local_share > 0 and rng.random() < self.local_share:
             local = self._local_mask(table, obs, rows, fit.direction)
@@ -489,7 +503,7 @@ class SurrogateSampler(BaseSampler):
                 else None
             ),
         )
-        _record_prediction(study, trial, obs, fit.direction, float(fit.cand_mean[rows][choice]))
+        _record_prediction(study, trial, obs, fit, float(fit.cand_mean[rows][choice]))
         return table.config(int(rows[choice]))
 
     def _portfolio(
@@ -813,7 +827,7 @@ class SurrogateSampler(BaseSampler):
         current = self._current_fit(obs, key, table.features.shape[1])
         if current is not None:
             return current
-        X, ok, direction, y = self._training_set(study, obs)
+        X, ok, direction, y, scale = self._training_set(study, obs)
         feas = self._feasibility().fit(X, ok, obs.statuses)
         candidates = self._sources(table)
         observed = self._observed_sources(table, obs.keys)
@@ -828,7 +842,7 @@ class SurrogateSampler(BaseSampler):
             key=key, n=obs.n, n_features=table.features.shape[1], perf=None, feas=feas,
             direction=direction, cand_mean=transfer.mean, cand_std=transfer.std,
             cand_ok=feas.predict_ok(table.features) * transfer.p_ok, gate=True,
-            cand_prior=transfer.prior,
+            cand_prior=transfer.prior, scale=scale,
         )  # fmt: skip
         return self._fit
 
@@ -919,7 +933,7 @@ class SurrogateSampler(BaseSampler):
             None,
             rng,
         )
-        _record_prediction(study, trial, obs, fit.direction, float(mean[choice]))
+        _record_prediction(study, trial, obs, fit, float(mean[choice]))
         return candidates[choice]
 
     def _plain_features(
@@ -942,7 +956,7 @@ class SurrogateSampler(BaseSampler):
         current = self._current_fit(obs, key, n_features)
         if current is not None:
             return current
-        X, ok, direction, y = self._training_set(study, obs)
+        X, ok, direction, y, scale = self._training_set(study, obs)
         counters = self._counter_model(study, obs, X) if self.counter_features else None
         if counters is not None:
             X = counters.augment(X)
@@ -954,7 +968,7 @@ class SurrogateSampler(BaseSampler):
         feas = self._feasibility().fit(X, ok, obs.statuses)
         self._fit = _Fit(
             key=key, n=obs.n, n_features=n_features, perf=perf, feas=feas, direction=direction,
-            counters=counters,
+            counters=counters, scale=scale,
         )  # fmt: skip
         return self._fit
 
@@ -979,9 +993,10 @@ class SurrogateSampler(BaseSampler):
 
     def _training_set(
         self, study: Study, obs: _Observed
-    ) -> tuple[np.ndarray, np.ndarray, str, np.ndarray]:
-        """Features of every learned trial, which of them are ok, the direction, and the
-        transformed objective of the ok ones."""
+    ) -> tuple[np.ndarray, np.ndarray, str, np.ndarray, CopulaScale | None]:
+        """Features of every learned trial, which of them are ok, the direction, the
+        transformed objective of the ok ones, and the copula that transformed it further
+        (``objective_scale="copula"``; None otherwise)."""
         X = np.array(obs.features, dtype=np.float32)
         ok = np.array([v is not None for v in obs.values])
         direction = _direction_of(study)
@@ -989,7 +1004,11 @@ class SurrogateSampler(BaseSampler):
         y = transform_objective(values, direction)
         if self.cap_quantile is not None and len(y) >= 10:
             y = np.minimum(y, np.quantile(y, self.cap_quantile))
-        return X, ok, direction, y
+        scale = None
+        if self.objective_scale == "copula" and len(y):
+            scale = CopulaScale().fit(y)
+            y = scale.transform(y)
+        return X, ok, direction, y, scale
 
     def _counter_model(self, study: Study, obs: _Observed, X: np.ndarray) -> CounterModel | None:
         """Counter predictors fitted on the learned trials that carry counters; None while
@@ -1035,8 +1054,7 @@ class SurrogateSampler(BaseSampler):
             if believed.any():
                 distance = np.minimum(near_evaluated, near_pending)
                 return int(np.argmax(np.where(believed, distance, -np.inf)))
-        ok_values = np.array([v for v in obs.values if v is not None], dtype=np.float64)
-        best = float(transform_objective(ok_values, fit.direction).min())
+        best = fit.best_of(obs)
         if members is not None:  # under the ensemble's own distribution
             smoothing = self.acquisition == "ei-kde"
             ei = ensemble_expected_improvement(members, best, xi=self.xi, smoothing=smoothing)
@@ -1081,6 +1099,20 @@ class _Fit:
     cand_prior: np.ndarray | None = None  # a warm start's factor on expected improvement
     gate: bool = False  # gate on P(ok) even where the classifier alone is not informative
     counters: CounterModel | None = None  # predicted counters as extra features (if fitted)
+    scale: CopulaScale | None = None  # the copula on top of the log, where the models learn it
+
+    def best_of(self, obs: _Observed) -> float:
+        """The best ok measurement so far on the models' scale (lower is better), counting
+        those that arrived after this fit."""
+        values = np.array([v for v in obs.values if v is not None], dtype=np.float64)
+        best = transform_objective(values, self.direction).min(keepdims=True)
+        return float((self.scale.transform(best) if self.scale is not None else best)[0])
+
+    def to_transformed(self, predicted: float) -> float:
+        """A prediction on the models' scale back on the log (or identity) scale."""
+        if self.scale is None:
+            return predicted
+        return float(self.scale.inverse(np.array([predicted]))[0])
 
     def augment(self, features: np.ndarray) -> np.ndarray:
         """The models' input for these configuration features (predicted counters added)."""
@@ -1269,13 +1301,14 @@ def _device_of(study: Study, trials: Sequence[FrozenTrial]) -> dict[str, Any] | 
 
 
 def _record_prediction(
-    study: Study, trial: FrozenTrial, obs: _Observed, direction: str, predicted: float
+    study: Study, trial: FrozenTrial, obs: _Observed, fit: _Fit, predicted: float
 ) -> None:
     """Leave the model's prediction for the proposed trial, in the objective's own units, as
     the system attribute :data:`PREDICTION_ATTR` (the counters policy ``failures`` compares it
     with the measurement)."""
     values = np.array([v for v in obs.values if v is not None], dtype=np.float64)
-    y = -predicted if direction == "maximize" else predicted
+    predicted = fit.to_transformed(predicted)
+    y = -predicted if fit.direction == "maximize" else predicted
     value = math.exp(min(y, 700.0)) if objective_transform(values) == "log" else y
     if math.isfinite(value):
         study._storage.set_trial_system_attr(trial._trial_id, PREDICTION_ATTR, value)

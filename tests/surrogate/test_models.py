@@ -31,7 +31,11 @@ from surrotune.surrogate.features import (
     positive_columns,
     raw_values,
 )
-from surrotune.surrogate.performance import PerformanceModel, transform_objective
+from surrotune.surrogate.performance import (
+    CopulaScale,
+    PerformanceModel,
+    transform_objective,
+)
 
 
 def planted_space() -> SearchSpace:
@@ -73,6 +77,26 @@ def test_transform_objective_makes_lower_better() -> None:
     np.testing.assert_allclose(transform_objective(np.array([-1.0, 2.0]), "minimize"), [-1, 2])
     with pytest.raises(ValueError, match="direction"):
         transform_objective(np.array([1.0]), "up")
+
+
+def test_copula_scale_maps_ranks_to_normal_scores_and_back() -> None:
+    y = np.log(np.array([3.0, 1.0, 2.0, 2.0, 500.0]))
+    scale = CopulaScale().fit(y)
+    # ranks 4, 1, 2.5, 2.5, 5 of 5: the normal's quantiles at (rank - 0.5) / 5
+    expected = [0.5244005, -1.2815516, -0.2533471, -0.2533471, 1.2815516]
+    assert np.allclose(scale.transform(y), expected, atol=1e-6)
+    assert np.allclose(scale.inverse(scale.transform(y)), y)
+    # beyond the fitted values the line goes on with the whole range's slope, both ways
+    outside = np.log(np.array([0.5, 1000.0]))
+    z = scale.transform(outside)
+    assert z[0] < -1.2815516 and z[1] > 1.2815516
+    assert np.allclose(scale.inverse(z), outside)
+    between = np.log(np.array([1.5]))  # interpolated between ranks 1 and 2.5
+    assert -1.2815516 < float(scale.transform(between)[0]) < -0.2533471
+    with pytest.raises(NotFittedError):
+        CopulaScale().transform(y)
+    flat = CopulaScale().fit(np.array([2.0, 2.0]))  # one value: every score 0, slope 1
+    assert flat.transform(np.array([2.0, 1.0])).tolist() == [0.0, -1.0]
 
 
 def test_performance_model_contract_and_fit() -> None:

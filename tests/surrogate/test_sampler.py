@@ -357,12 +357,56 @@ def test_cap_quantile_flattens_the_slow_end_of_the_training_targets() -> None:
     obs.values = [float(2**k) for k in range(12)] + [None]
     obs.statuses = ["ok"] * 12 + ["resource"]
     obs.features = [[float(k)] for k in range(13)]
-    _, ok, _, plain = SurrogateSampler(seed=0)._training_set(study, obs)
-    _, _, _, capped = SurrogateSampler(seed=0, cap_quantile=0.5)._training_set(study, obs)
+    _, ok, _, plain, _ = SurrogateSampler(seed=0)._training_set(study, obs)
+    _, _, _, capped, _ = SurrogateSampler(seed=0, cap_quantile=0.5)._training_set(study, obs)
     assert ok.sum() == 12 and len(plain) == len(capped) == 12
     cap = float(np.quantile(plain, 0.5))
     assert np.allclose(capped, np.minimum(plain, cap))  # the fast half keeps its ranking
     assert capped[:6].tolist() == plain[:6].tolist() and (capped[6:] == cap).all()
+
+
+def test_copula_scale_trains_on_normal_scores_and_keeps_the_best_comparable() -> None:
+    """objective_scale="copula": the models learn the log values' normal scores by rank; the
+    incumbent (also one measured after the fit) and the recorded prediction go through the
+    same map, so expected improvement compares like with like and the prediction attribute
+    stays in the objective's units."""
+    from scipy.stats import norm
+
+    from surrotune.surrogate.sampler import _Fit, _Observed
+
+    study = optuna.create_study()
+    obs = _Observed()
+    obs.values = [1.0, 2.0, 4.0, 1000.0, None]  # one very slow measurement, one failure
+    obs.statuses = ["ok"] * 4 + ["resource"]
+    obs.features = [[float(k)] for k in range(5)]
+    *_, plain, none = SurrogateSampler(seed=0)._training_set(study, obs)
+    *_, y, scale = SurrogateSampler(seed=0, objective_scale="copula")._training_set(study, obs)
+    assert none is None and scale is not None
+    assert np.allclose(y, norm.ppf((np.arange(4) + 0.5) / 4))  # ranks, not magnitudes
+    assert y[3] - y[2] == pytest.approx(y[1] - y[0])  # the slow one is just the next rank
+    fit = _Fit(key=None, n=5, n_features=1, perf=None, feas=None, scale=scale)  # type: ignore[arg-type]
+    assert fit.best_of(obs) == pytest.approx(y[0])
+    obs.values.append(0.5)  # faster than everything fitted: below the fitted scale's end
+    assert fit.best_of(obs) < y[0]
+    assert fit.to_transformed(float(y[2])) == pytest.approx(plain[2])
+    with pytest.raises(ValueError, match="objective_scale"):
+        SurrogateSampler(objective_scale="rank")
+
+
+def test_copula_scale_runs_a_study_without_repeats() -> None:
+    space = SearchSpace({"a": [1, 2, 4, 8, 16, 32], "b": [1, 2, 4, 8], "c": [0, 1]})
+
+    def objective(trial: optuna.Trial) -> float:
+        a, b, c = (trial.suggest_categorical(n, space.values[n]) for n in ("a", "b", "c"))
+        return (a - 8) ** 2 + (b - 2) ** 2 + 1.0 + 500.0 * (a == 32) + c
+
+    study = optuna.create_study(
+        sampler=SurrogateSampler(space=space, seed=0, objective_scale="copula")
+    )
+    study.optimize(objective, n_trials=25)
+    keys = [tuple(t.params.values()) for t in study.trials]
+    assert len(set(keys)) == len(keys)
+    assert study.best_value == 1.0
 
 
 def test_alignment_adds_two_columns_per_mixed_width_on_both_paths() -> None:
