@@ -357,8 +357,10 @@ def test_cap_quantile_flattens_the_slow_end_of_the_training_targets() -> None:
     obs.values = [float(2**k) for k in range(12)] + [None]
     obs.statuses = ["ok"] * 12 + ["resource"]
     obs.features = [[float(k)] for k in range(13)]
-    _, ok, _, plain, _ = SurrogateSampler(seed=0)._training_set(study, obs)
-    _, _, _, capped, _ = SurrogateSampler(seed=0, cap_quantile=0.5)._training_set(study, obs)
+    log = SurrogateSampler(seed=0, objective_scale="log")
+    _, ok, _, plain, _ = log._training_set(study, obs)
+    capped_log = SurrogateSampler(seed=0, cap_quantile=0.5, objective_scale="log")
+    _, _, _, capped, _ = capped_log._training_set(study, obs)
     assert ok.sum() == 12 and len(plain) == len(capped) == 12
     cap = float(np.quantile(plain, 0.5))
     assert np.allclose(capped, np.minimum(plain, cap))  # the fast half keeps its ranking
@@ -366,7 +368,7 @@ def test_cap_quantile_flattens_the_slow_end_of_the_training_targets() -> None:
 
 
 def test_copula_scale_trains_on_normal_scores_and_keeps_the_best_comparable() -> None:
-    """objective_scale="copula": the models learn the log values' normal scores by rank; the
+    """objective_scale="copula" (the default): the models learn the log values' normal scores by rank; the
     incumbent (also one measured after the fit) and the recorded prediction go through the
     same map, so expected improvement compares like with like and the prediction attribute
     stays in the objective's units."""
@@ -379,8 +381,8 @@ def test_copula_scale_trains_on_normal_scores_and_keeps_the_best_comparable() ->
     obs.values = [1.0, 2.0, 4.0, 1000.0, None]  # one very slow measurement, one failure
     obs.statuses = ["ok"] * 4 + ["resource"]
     obs.features = [[float(k)] for k in range(5)]
-    *_, plain, none = SurrogateSampler(seed=0)._training_set(study, obs)
-    *_, y, scale = SurrogateSampler(seed=0, objective_scale="copula")._training_set(study, obs)
+    *_, plain, none = SurrogateSampler(seed=0, objective_scale="log")._training_set(study, obs)
+    *_, y, scale = SurrogateSampler(seed=0)._training_set(study, obs)  # the copula, by default
     assert none is None and scale is not None
     assert np.allclose(y, norm.ppf((np.arange(4) + 0.5) / 4))  # ranks, not magnitudes
     assert y[3] - y[2] == pytest.approx(y[1] - y[0])  # the slow one is just the next rank
