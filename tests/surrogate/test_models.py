@@ -34,6 +34,7 @@ from surrotune.surrogate.features import (
 from surrotune.surrogate.performance import (
     CopulaScale,
     PerformanceModel,
+    PowerScale,
     transform_objective,
 )
 
@@ -97,6 +98,22 @@ def test_copula_scale_maps_ranks_to_normal_scores_and_back() -> None:
         CopulaScale().transform(y)
     flat = CopulaScale().fit(np.array([2.0, 2.0]))  # one value: every score 0, slope 1
     assert flat.transform(np.array([2.0, 1.0])).tolist() == [0.0, -1.0]
+
+
+def test_power_scale_pulls_a_slow_tail_in_and_keeps_the_order() -> None:
+    """Yeo-Johnson on log times with one configuration 200x slower: the fitted exponent is
+    below 1, so the slow one ends nearer the rest (in standard deviations) than on the plain
+    standardised log; the order is kept and the inverse undoes the transform."""
+    y = np.log(np.array([1.0, 1.1, 1.2, 1.3, 1.5, 1.7, 2.0, 2.5, 3.0, 200.0]))
+    scale = PowerScale().fit(y)
+    z = scale.transform(y)
+    assert float(scale.transformer_.lambdas_[0]) < 1.0
+    assert (np.diff(z) > 0).all()
+    plain = (y - y.mean()) / y.std()
+    assert z[-1] < plain[-1]  # the outlier is pulled in
+    assert np.allclose(scale.inverse(z), y)
+    with pytest.raises(NotFittedError):
+        PowerScale().transform(y)
 
 
 def test_performance_model_contract_and_fit() -> None:

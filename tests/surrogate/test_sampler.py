@@ -368,10 +368,10 @@ def test_cap_quantile_flattens_the_slow_end_of_the_training_targets() -> None:
 
 
 def test_copula_scale_trains_on_normal_scores_and_keeps_the_best_comparable() -> None:
-    """objective_scale="copula" (the default): the models learn the log values' normal scores by rank; the
-    incumbent (also one measured after the fit) and the recorded prediction go through the
-    same map, so expected improvement compares like with like and the prediction attribute
-    stays in the objective's units."""
+    """objective_scale="copula" (the default): the models learn the log values' normal scores
+    by rank; the incumbent (also one measured after the fit) and the recorded prediction go
+    through the same map, so expected improvement compares like with like and the prediction
+    attribute stays in the objective's units."""
     from scipy.stats import norm
 
     from surrotune.surrogate.sampler import _Fit, _Observed
@@ -395,20 +395,21 @@ def test_copula_scale_trains_on_normal_scores_and_keeps_the_best_comparable() ->
         SurrogateSampler(objective_scale="rank")
 
 
-def test_copula_scale_runs_a_study_without_repeats() -> None:
+def test_every_objective_scale_runs_a_study_without_repeats() -> None:
     space = SearchSpace({"a": [1, 2, 4, 8, 16, 32], "b": [1, 2, 4, 8], "c": [0, 1]})
 
     def objective(trial: optuna.Trial) -> float:
         a, b, c = (trial.suggest_categorical(n, space.values[n]) for n in ("a", "b", "c"))
         return (a - 8) ** 2 + (b - 2) ** 2 + 1.0 + 500.0 * (a == 32) + c
 
-    study = optuna.create_study(
-        sampler=SurrogateSampler(space=space, seed=0, objective_scale="copula")
-    )
-    study.optimize(objective, n_trials=25)
-    keys = [tuple(t.params.values()) for t in study.trials]
-    assert len(set(keys)) == len(keys)
-    assert study.best_value == 1.0
+    for scale in ("copula", "power", "log"):
+        study = optuna.create_study(
+            sampler=SurrogateSampler(space=space, seed=0, objective_scale=scale)
+        )
+        study.optimize(objective, n_trials=25)
+        keys = [tuple(t.params.values()) for t in study.trials]
+        assert len(set(keys)) == len(keys), scale
+        assert study.best_value == 1.0, scale
 
 
 def test_alignment_adds_two_columns_per_mixed_width_on_both_paths() -> None:
