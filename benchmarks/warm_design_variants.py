@@ -6,7 +6,8 @@
 The source model is the one `surrotune bench --warm-start` fits (a 200-evaluation surrogate run,
 seed 0, on SOURCE; kept in OUT/models/ and reused). Each ``--variant`` is a label and the
 :class:`~surrotune.surrogate.transfer.WarmStart` options it sets (``warm`` with none is the
-default warm start), e.g. ``fill5:n_design=5,n_fill=5`` or ``adapt:adaptive=True``;
+default warm start), e.g. ``fill5:n_design=5,n_fill=5`` or ``adapt:adaptive=True``, or the
+sampler's own attributes as ``sampler.NAME`` (``warmlog:sampler.objective_scale='log'``);
 ``--baselines`` adds the cold start and the enqueue baseline (the source's 10 best measured
 configurations, then the surrogate), as `surrotune bench --warm-start --methods cold,enqueue`
 runs them. The report (bench.md, runs.jsonl) is `surrotune bench`'s; ``--resume`` keeps
@@ -26,12 +27,16 @@ from surrotune.bench.transfer import fit_source_bundles, method_spec
 
 
 def parse_variant(text: str, bundle: str) -> SamplerSpec:
-    """``label:name=value,...`` as a warm-started surrogate with those WarmStart options."""
+    """``label:name=value,...`` as a warm-started surrogate with those WarmStart options; a
+    name ``sampler.NAME`` sets the SurrogateSampler's attribute instead (e.g.
+    ``sampler.objective_scale='log'``)."""
     label, params = parse_options(text)
     spec = method_spec("warm", label, bundle)
-    if params:
-        spec = dataclasses.replace(spec, options=(*spec.options, ("warm_params", params)))
-    return spec
+    warm = tuple((k, v) for k, v in params if not k.startswith("sampler."))
+    attrs = tuple((k.removeprefix("sampler."), v) for k, v in params if k.startswith("sampler."))
+    extra = (("warm_params", warm),) if warm else ()
+    extra += (("attrs", attrs),) if attrs else ()
+    return dataclasses.replace(spec, options=(*spec.options, *extra)) if extra else spec
 
 
 def main(argv: list[str] | None = None) -> int:
