@@ -6,7 +6,7 @@ Three things carry over, each undone by the new GPU's own data where the source 
    default) are the sources' best configurations, kept diverse: first the ones a source
    *measured* best, in their measured order (a measurement beats a prediction: an ensemble's
    mean smooths an isolated optimum away), then its best predicted ones; each proposal is the
-   first in that order at least ``design_gap`` (0.1 in the [0, 1] encoding) from everything tried
+   first in that order at least ``design_gap`` (0.3 in the [0, 1] encoding) from everything tried
    or pending, and configurations a source expects to fail are left out. Several sources take
    turns. Space-filling proposals, as a cold start makes them, can be interleaved
    (``n_fill``); there are none by default (these defaults were measured against the first
@@ -416,6 +416,10 @@ class WarmStart:
         design_pool: the design chooses among this many of a source's best configurations.
         design_gap: a design proposal keeps at least this distance (in the [0, 1] encoding)
             from everything tried or pending: the sources' best configurations, kept diverse.
+            0.3 since 2026-12-03 (0.1 before): a source whose ten best configurations sit in
+            one region (the A100's optimum, 5 % of the MI250X's on the convolution) then
+            spends its design on several of its good regions, one of which often holds the
+            target's optimum (docs/BENCHMARKS.md, "A more diverse design").
         prior_strength: the prior's exponent right after the design (``mode="prior"``). 0 by
             default (part of the measured defaults, docs/transfer.md): the sources act through
             the initial design and the failure transfer.
@@ -435,7 +439,7 @@ class WarmStart:
         n_design: int = 10,
         n_fill: int = 0,
         design_pool: int = 64,
-        design_gap: float = 0.1,
+        design_gap: float = 0.3,
         prior_strength: float = 0.0,
         adaptive: bool = False,
     ) -> None:
