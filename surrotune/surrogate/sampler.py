@@ -1002,8 +1002,8 @@ class SurrogateSampler(BaseSampler):
         self, study: Study, obs: _Observed
     ) -> tuple[np.ndarray, np.ndarray, str, np.ndarray, CopulaScale | PowerScale | None]:
         """Features of every learned trial, which of them are ok, the direction, the
-        transformed objective of the ok ones, and the copula that transformed it further
-        (``objective_scale="copula"``; None otherwise)."""
+        transformed objective of the ok ones, and the scale that transformed it further
+        (``objective_scale`` ``"copula"`` or ``"power"``; None for ``"log"``)."""
         X = np.array(obs.features, dtype=np.float32)
         ok = np.array([v is not None for v in obs.values])
         direction = _direction_of(study)
