@@ -12,7 +12,8 @@ in-memory storage, batch size 1), with ``SurrogateSampler.sample_relative`` wrap
 suggestion. Windows of suggestions around each reported study size give the median, the 90th
 percentile and the largest value, and the share of suggestions that refitted.
 
-    python benchmarks/bench_sampler_overhead.py [--dataset FILE] [--trials 5000] [--sizes 500,5000]
+    python benchmarks/bench_sampler_overhead.py [--dataset FILE] [--trials 5000] \
+        [--sizes 500,5000] [--options "uncertainty='ensemble',explore_share=0.1"]
 
 (with surrotune installed, or ``PYTHONPATH=.`` from the repository). The load average is printed:
 on a busy machine the numbers are upper bounds.
@@ -30,7 +31,7 @@ import numpy as np
 import optuna
 
 from surrotune.backends.replay import ReplayBackend
-from surrotune.bench.harness import prepare_dataset
+from surrotune.bench.harness import parse_options, prepare_dataset
 from surrotune.runner import Runner
 from surrotune.surrogate.sampler import SurrogateSampler
 
@@ -62,15 +63,24 @@ def main() -> None:
     parser.add_argument("--sizes", default="500,1000,2000,5000")
     parser.add_argument("--window", type=int, default=100, help="suggestions per reported size")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--options", default="", help="sampler attributes as NAME=VALUE,... (Python literals)"
+    )
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
 
     dataset, space, _, summary = prepare_dataset(args.dataset)
     sampler = TimedSampler(space=space, seed=args.seed)
+    _, options = parse_options(f"options:{args.options}")
+    for name, value in options:
+        if not hasattr(sampler, name):
+            parser.error(f"--options: SurrogateSampler has no option {name!r}")
+        setattr(sampler, name, value)
     study = optuna.create_study(sampler=sampler, direction=dataset.direction)
     print(
         f"# {summary.name}: {len(dataset.results):,} configurations, {args.trials:,} trials; "
-        f"{platform.node()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}"
+        f"{platform.node()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}; "
+        f"options {dict(options) or 'default'}"
     )
     start = time.monotonic()
     Runner(

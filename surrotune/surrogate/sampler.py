@@ -1,9 +1,11 @@
 """SurrogateSampler: the Optuna sampler that learns from every trial, failures included.
 
-Glue over the pure parts (:mod:`.features`, :mod:`.performance`, :mod:`.feasibility`,
-:mod:`.acquisition`, :mod:`.diversity`). Per suggestion it reads the study's trials:
+Glue over the pure parts (:mod:`.features`, :mod:`.performance`, :mod:`.residual`,
+:mod:`.feasibility`, :mod:`.acquisition`, :mod:`.diversity`). Per suggestion it reads the
+study's trials:
 
-* COMPLETE trials teach the performance model (their value) and the feasibility model (ok);
+* COMPLETE trials teach the performance model (their value; a Gaussian process on its
+  out-of-bag errors gives the uncertainty) and the feasibility model (ok);
 * FAIL trials teach the feasibility model (a failure of their ``status``; a FAIL without one is a
   generic failure). FAIL trials marked ``interrupted`` or ``duplicate_of``, and ``constraint``
   ones, teach nothing: they say nothing about the kernel;
@@ -87,6 +89,7 @@ from surrotune.surrogate.performance import (
     objective_transform,
     transform_objective,
 )
+from surrotune.surrogate.residual import ResidualGP, out_of_bag_residuals
 from surrotune.verdicts import demoted_trials
 
 if TYPE_CHECKING:
@@ -99,6 +102,9 @@ __all__ = ["SurrogateSampler"]
 _NOT_LEARNED = {Status.CONSTRAINT.value}
 _ACQUISITIONS = ("ei", "ei-members", "ei-kde")
 _OBJECTIVE_SCALES = ("log", "copula", "power")
+_UNCERTAINTIES = ("ensemble", "gp", "gp-spread")
+#: ok observations before a ``uncertainty="gp"`` model is fitted (the ensemble's spread before)
+_MIN_RESIDUAL_ROWS = 8
 #: the label of a FAIL trial without a ``status`` attribute
 GENERIC_FAILURE = "fail"
 
@@ -249,6 +255,16 @@ class SurrogateSampler(BaseSampler):
             the power transform (docs/BENCHMARKS.md, "The objective's scale"). Expected
             improvement is computed on the same scale; the recorded prediction is mapped back
             to the objective's units.
+        uncertainty: where expected improvement's mean and spread come from. ``"gp"`` (the
+            default): the ensemble's mean corrected, and its spread replaced, by a Gaussian
+            process on the members' out-of-bag errors over the encoded parameters
+            (:class:`~surrotune.surrogate.residual.ResidualGP`): a spread that grows with the
+            distance from what was measured, which the trees' spread does not (mean score 0.741
+            against 0.719 on the 14 recordings, docs/BENCHMARKS.md). ``"ensemble"``: the
+            bootstrap members' mean and spread, the default before. ``"gp-spread"``: the GP's
+            spread only, the ensemble's mean kept (needs ``acquisition="ei"``). With the member
+            acquisitions, ``"gp"`` shifts the members by the GP's correction and their own
+            spread ranks. Not used by a warm start's models.
         alignment: add, for every integer parameter that mixes powers of two with other values,
             its alignment (the power of two that divides it) and whether it is a power of two
             as features (:func:`~surrotune.surrogate.features.alignment_features`), on both
@@ -311,6 +327,7 @@ class SurrogateSampler(BaseSampler):
         counter_targets: Sequence[str] | None = None,
         cap_quantile: float | None = None,
         objective_scale: str = "copula",
+        uncertainty: str = "gp",
         launch_shape: LaunchShape | None = None,
         launch_features: bool = False,
         alignment: bool = True,
@@ -364,6 +381,14 @@ class SurrogateSampler(BaseSampler):
                 f"objective_scale must be one of {_OBJECTIVE_SCALES}; got {objective_scale!r}"
             )
         self.objective_scale = objective_scale
+        if uncertainty not in _UNCERTAINTIES:
+            raise ValueError(f"uncertainty must be one of {_UNCERTAINTIES}; got {uncertainty!r}")
+        if uncertainty == "gp-spread" and acquisition != "ei":
+            raise ValueError(
+                f"uncertainty='gp-spread' needs acquisition='ei' (got {acquisition!r}): the "
+                "other acquisitions rank by the members' own spread, which the GP does not change"
+            )
+        self.uncertainty = uncertainty
         self.launch_shape = launch_shape
         self.launch_features = launch_features
         self.alignment = alignment
@@ -467,6 +492,10 @@ class SurrogateSampler(BaseSampler):
             fit.cand_mean = fit.cand_members.mean(axis=0)
             fit.cand_std = fit.cand_members.std(axis=0)
             fit.cand_ok = fit.feas.predict_ok(features)
+            if fit.residual is not None:
+                correction, fit.cand_std = fit.residual.predict(table.encoded)
+                fit.cand_mean = fit.cand_mean + correction
+                fit.cand_members = fit.cand_members + correction
         assert fit.cand_std is not None and fit.cand_ok is not None
         self._update_near(table, obs)
         assert self._near is not None
@@ -924,10 +953,14 @@ class SurrogateSampler(BaseSampler):
             return candidates[int(pick[0])]
         obs_feat = self._plain_features(obs_enc, obs_raw, pair_cols, align_cols, obs_configs)
         obs.features = list(obs_feat)
+        obs.encoded = list(obs_enc)
         fit = self._refit(study, obs, cand_feat.shape[1], key=("plain", encoder.names))
         assert fit.perf is not None
         cand_feat = fit.augment(cand_feat)
         mean, std = fit.perf.predict(cand_feat, return_std=True)
+        if fit.residual is not None:
+            correction, std = fit.residual.predict(cand_enc)
+            mean = mean + correction
         p_ok = fit.feas.predict_ok(cand_feat)
         choice = self._choose(
             fit,
@@ -975,9 +1008,24 @@ class SurrogateSampler(BaseSampler):
         feas = self._feasibility().fit(X, ok, obs.statuses)
         self._fit = _Fit(
             key=key, n=obs.n, n_features=n_features, perf=perf, feas=feas, direction=direction,
-            counters=counters, scale=scale,
+            counters=counters, scale=scale, residual=self._residual_model(perf, X[ok], y, obs),
         )  # fmt: skip
         return self._fit
+
+    def _residual_model(
+        self, perf: PerformanceModel, X_ok: np.ndarray, y: np.ndarray, obs: _Observed
+    ) -> ResidualGP | None:
+        """The GP on the ensemble's out-of-bag errors (``uncertainty`` ``"gp"`` or
+        ``"gp-spread"``); None for ``"ensemble"`` or while too few errors are known."""
+        if self.uncertainty == "ensemble" or len(obs.encoded) != obs.n:
+            return None
+        members = perf.predict_members(X_ok)
+        rows, residuals = out_of_bag_residuals(members, perf.out_of_bag(len(y)), y)
+        if len(rows) < _MIN_RESIDUAL_ROWS:
+            return None
+        encoded = np.array(obs.encoded)[[v is not None for v in obs.values]][rows]
+        model = ResidualGP(correct_mean=self.uncertainty == "gp", seed=self._seed)
+        return model.fit(encoded, residuals)
 
     def _feasibility(self) -> FeasibilityModel:
         """An unfitted failure classifier with this sampler's seed and options."""
@@ -1107,6 +1155,7 @@ class _Fit:
     gate: bool = False  # gate on P(ok) even where the classifier alone is not informative
     counters: CounterModel | None = None  # predicted counters as extra features (if fitted)
     scale: CopulaScale | PowerScale | None = None  # on top of the log, where the models learn it
+    residual: ResidualGP | None = None  # the GP on the ensemble's errors (``uncertainty``)
 
     def best_of(self, obs: _Observed) -> float:
         """The best ok measurement so far on the models' scale (lower is better), counting
