@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-o", "--out", required=True)
     args = parser.parse_args(argv)
     out = Path(args.out)
-    bundle = str(fit_source_bundles([args.source], out, 200, resume=True)[args.source])
+    bundle = str(fit_source_bundles([args.source], out, 200, resume=True)[args.source][0])
     specs = [parse_variant(v, bundle) for v in args.variant]
     if args.baselines:
         specs += [method_spec("cold", "cold", bundle), method_spec("enqueue", "enqueue", bundle)]

@@ -67,6 +67,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "on the source recording, or on the full recording (default %(default)s)",
     )  # fmt: skip
     parser.add_argument(
+        "--source-runs", type=_positive, default=1, metavar="N",
+        help="with --warm-start: fit N source models on N source runs (seeds 0 to N-1); the "
+        "target's seed s starts from run s mod N, so the medians cover several source runs "
+        "(default %(default)s)",
+    )  # fmt: skip
+    parser.add_argument(
         "--methods", default="cold,warm,enqueue,enqueue-tpe",
         help="with --warm-start: which of cold, warm, enqueue, enqueue-tpe (default %(default)s)",
     )  # fmt: skip
@@ -166,6 +172,7 @@ def _run_transfer(args: argparse.Namespace) -> int:
         args.output,
         methods=[m.strip() for m in args.methods.split(",") if m.strip()],
         source_budget=source_budget,
+        source_runs=args.source_runs,
         enqueue_top=args.enqueue_top,
         transfer_mode=args.transfer_mode,
         jobs=args.jobs or 1,

@@ -148,6 +148,7 @@ def run_transfer_bench(
     *,
     methods: Sequence[str] = METHODS,
     source_budget: int | None = 200,
+    source_runs: int = 1,
     enqueue_top: int = 10,
     transfer_mode: str = "prior",
     jobs: int = 1,
@@ -159,15 +160,21 @@ def run_transfer_bench(
     launch_features: bool = False,
 ) -> tuple[str, list[RunRecord]]:
     """Run every pair's methods over the seeds; write ``runs.jsonl``, ``transfer.md`` (and the
-    plots) into ``out_dir``; return the markdown and the records. ``launch_features``: the
-    source runs, their bundles and every surrogate run use the launch geometry
-    (:mod:`surrotune.surrogate.geometry`)."""
+    plots) into ``out_dir``; return the markdown and the records. ``source_runs``: how many
+    source runs (seeds 0, 1, ...) give a bundle each; the target's seed ``s`` starts from the
+    bundle of source run ``s mod source_runs``, so that the medians measure the method over
+    source runs rather than one run's luck (which ten configurations one 200-evaluation run
+    measured best moved the results more than any warm-start option, docs/BENCHMARKS.md).
+    ``launch_features``: the source runs, their bundles and every surrogate run use the launch
+    geometry (:mod:`surrotune.surrogate.geometry`)."""
     say = log or (lambda line: print(line, file=sys.stderr, flush=True))
     unknown = sorted(set(methods) - set(METHODS))
     if unknown:
         raise BenchError(f"--methods: unknown {unknown}; known: {', '.join(METHODS)}")
     if not pairs:
         raise BenchError("--warm-start needs at least one SOURCE TARGET pair")
+    if source_runs < 1:
+        raise BenchError(f"--source-runs: expected a positive number of runs, got {source_runs}")
     seed_list = list(range(seeds)) if isinstance(seeds, int) else [int(s) for s in seeds]
     chosen = [Pair(str(s), str(t)) for s, t in pairs]
     for pair in chosen:
@@ -178,7 +185,7 @@ def run_transfer_bench(
     out = Path(out_dir)
     bundles = fit_source_bundles(
         [p.source for p in chosen], out, source_budget, jobs=jobs,
-        launch_features=launch_features, resume=resume, log=say,
+        launch_features=launch_features, resume=resume, log=say, runs=source_runs,
     )  # fmt: skip
     tasks = _tasks(chosen, bundles, methods, seed_list, budget, time_limit_s, transfer_mode,
                    enqueue_top, launch_features)  # fmt: skip
@@ -194,7 +201,7 @@ def run_transfer_bench(
     text = format_transfer(
         chosen, records, summaries, methods, budget, seed_list,
         source_budget=source_budget, enqueue_top=enqueue_top, command=command,
-        wall_s=time.monotonic() - start, interrupted=interrupted,
+        wall_s=time.monotonic() - start, interrupted=interrupted, source_runs=source_runs,
     )  # fmt: skip
     details = []
     for target in dict.fromkeys(p.target for p in chosen):
@@ -225,29 +232,33 @@ def fit_source_bundles(
     launch_features: bool = False,
     resume: bool = False,
     log: Callable[[str], None] | None = None,
-) -> dict[str, Path]:
-    """The bundle of each source recording, under ``out/models/`` (``NAME.run200.json.gz`` for
-    a 200-evaluation source run, ``NAME.full.json.gz`` for the whole recording): fitted here,
-    or with ``resume`` kept where it is already there."""
+    runs: int = 1,
+) -> dict[str, list[Path]]:
+    """The bundles of each source recording, one per source run (seeds ``0 .. runs - 1``),
+    under ``out/models/`` (``NAME.run200.json.gz`` for the 200-evaluation run of seed 0,
+    ``NAME.run200.seed3.json.gz`` for seed 3, ``NAME.full.json.gz`` for the whole recording):
+    fitted here, or with ``resume`` kept where they are already there."""
     (out / "models").mkdir(parents=True, exist_ok=True)
-    bundles: dict[str, Path] = {}
-    to_fit: list[tuple[str, Path]] = []
+    bundles: dict[str, list[Path]] = {}
+    to_fit: list[tuple[str, Path, int]] = []
     for source in dict.fromkeys(sources):
         name = dataset_name(Path(source)).replace("/", "_")
         what = "full" if source_budget is None else f"run{source_budget}"
         what += ".geometry" if launch_features else ""
-        path = out / "models" / f"{name}.{what}.json.gz"
-        if not (resume and path.is_file()):
-            if log is not None:
-                log(f"surrotune bench: fitting the model of {source} ({what})")
-            to_fit.append((source, path))
-        bundles[source] = path
+        bundles[source] = []
+        for seed in range(runs):
+            path = out / "models" / f"{name}.{what}{f'.seed{seed}' if seed else ''}.json.gz"
+            if not (resume and path.is_file()):
+                if log is not None:
+                    log(f"surrotune bench: fitting the model of {source} ({what}, seed {seed})")
+                to_fit.append((source, path, seed))
+            bundles[source].append(path)
     _fit_sources(to_fit, source_budget, jobs, launch_features)
     return bundles
 
 
 def _fit_sources(
-    to_fit: Sequence[tuple[str, Path]], budget: int | None, jobs: int, launch_features: bool
+    to_fit: Sequence[tuple[str, Path, int]], budget: int | None, jobs: int, launch_features: bool
 ) -> None:
     """Fit the source bundles in spawned processes, never in this one: XGBoost's OpenMP
     threads in the parent hang the runs' workers that :func:`_execute` then forks from it."""
@@ -259,9 +270,9 @@ def _fit_sources(
     context = multiprocessing.get_context("spawn")
     workers = max(1, min(jobs, len(to_fit)))
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        futures = [pool.submit(build_source_bundle, source, path, budget=budget,
+        futures = [pool.submit(build_source_bundle, source, path, budget=budget, seed=seed,
                                launch_features=launch_features)
-                   for source, path in to_fit]  # fmt: skip
+                   for source, path, seed in to_fit]  # fmt: skip
         for future in futures:
             future.result()
 
@@ -295,7 +306,7 @@ def method_spec(
 
 def _tasks(
     pairs: Sequence[Pair],
-    bundles: dict[str, Path],
+    bundles: dict[str, list[Path]],
     methods: Sequence[str],
     seeds: Sequence[int],
     budget: int,
@@ -304,19 +315,23 @@ def _tasks(
     top: int,
     launch_features: bool = False,
 ) -> list[RunSpec]:
-    specs: dict[tuple[str, str], SamplerSpec] = {}
+    """Every run: per pair, method and seed, the target's seed ``s`` against the source's
+    bundle ``s mod len(bundles[source])``."""
+    tasks: dict[tuple[str, str], list[RunSpec]] = {}
     for pair in pairs:
-        bundle = str(bundles[pair.source])
+        paths = bundles[pair.source]
         for method in methods:
             label = pair.label(method)
-            specs[(pair.target, label)] = method_spec(
-                method, label, bundle, mode=mode, top=top, launch_features=launch_features
-            )
-    return [
-        RunSpec(target, spec, seed, budget, time_limit_s, 1)
-        for (target, _), spec in specs.items()
-        for seed in seeds
-    ]
+            specs = [
+                method_spec(method, label, str(paths[seed % len(paths)]), mode=mode, top=top,
+                            launch_features=launch_features)
+                for seed in seeds
+            ]  # fmt: skip
+            tasks[(pair.target, label)] = [
+                RunSpec(pair.target, spec, seed, budget, time_limit_s, 1)
+                for spec, seed in zip(specs, seeds, strict=True)
+            ]
+    return [task for runs in tasks.values() for task in runs]
 
 
 def _median_to(records: Sequence[RunRecord], data: BenchDataset, target: float) -> float | None:
@@ -345,16 +360,23 @@ def format_transfer(
     command: str | None,
     wall_s: float,
     interrupted: bool = False,
+    source_runs: int = 1,
 ) -> str:
     """The summary table: per pair and method, median evaluations to 95 % and 98 %."""
     lines = ["# surrotune bench --warm-start", ""]
     if command:
         lines += [f"`{command}`", ""]
-    model = (
-        "fitted on the whole source recording"
-        if source_budget is None
-        else f"fitted on a {source_budget}-evaluation surrogate run (seed 0) on the source"
-    )
+    if source_budget is None:
+        model = "fitted on the whole source recording"
+        model += f" ({source_runs} model seeds)" if source_runs > 1 else ""
+    elif source_runs == 1:
+        model = f"fitted on a {source_budget}-evaluation surrogate run (seed 0) on the source"
+    else:
+        model = (
+            f"fitted on {source_runs} {source_budget}-evaluation surrogate runs (seeds 0 to "
+            f"{source_runs - 1}) on the source, the target's seed s starting from run s mod "
+            f"{source_runs}"
+        )
     lines += [
         f"Budget {budget} evaluations, {len(seeds)} seeds, batch size 1; the source model is "
         f"{model}; the enqueue baseline enqueues the source's {enqueue_top} best measured "

@@ -112,7 +112,7 @@ def test_the_transfer_bench_s_launch_features_reach_every_surrogate_run() -> Non
     from surrotune.bench.transfer import Pair, _tasks
 
     pair = Pair(str(GEMM_2048), str(GEMM_1024))
-    bundles = {pair.source: Path("source.json.gz")}
+    bundles = {pair.source: [Path("source.json.gz")]}
     methods = ["cold", "warm", "enqueue", "enqueue-tpe"]
     plain = _tasks([pair], bundles, methods, [0], 10, 60.0, "prior", 10)
     on = _tasks([pair], bundles, methods, [0], 10, 60.0, "prior", 10, launch_features=True)

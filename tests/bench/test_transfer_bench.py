@@ -1,0 +1,80 @@
+"""`surrotune bench --warm-start` with several source runs: each target seed starts from the
+bundle of source run ``seed mod N``, so the medians cover source runs instead of one run's luck."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from surrotune.bench import add_arguments
+from surrotune.bench.harness import BenchError, RunSpec
+from surrotune.bench.transfer import Pair, _tasks, run_transfer_bench
+from surrotune.surrogate.bundle import load_bundle
+
+
+def _bundle_of(task: RunSpec) -> str:
+    """The bundle path a task's sampler starts from (warm start or enqueue baseline)."""
+    options = dict(task.sampler.options)
+    if "warm_start" in options:
+        return options["warm_start"][0]
+    return options["enqueue"][0]
+
+
+def test_each_target_seed_gets_the_bundle_of_its_source_run() -> None:
+    pair = Pair("source.json.gz", "target.json.gz")
+    paths = [Path("run0.json.gz"), Path("run1.json.gz"), Path("run2.json.gz")]
+    tasks = _tasks([pair], {pair.source: paths}, ["cold", "warm", "enqueue"], range(5), 20, 60.0,
+                   "prior", 10)  # fmt: skip
+    by_label: dict[str, list[RunSpec]] = {}
+    for task in tasks:
+        by_label.setdefault(task.sampler.label, []).append(task)
+    assert len(tasks) == 15 and len(by_label) == 3
+    warm = by_label[pair.label("warm")]
+    enqueue = by_label[pair.label("enqueue")]
+    expected = ["run0.json.gz", "run1.json.gz", "run2.json.gz", "run0.json.gz", "run1.json.gz"]
+    assert [t.seed for t in warm] == [0, 1, 2, 3, 4]
+    assert [_bundle_of(t) for t in warm] == expected
+    assert [_bundle_of(t) for t in enqueue] == expected
+    cold = by_label[pair.label("cold")]
+    assert all("warm_start" not in dict(t.sampler.options) for t in cold)
+    # one bundle: every seed shares it, as before
+    single = _tasks([pair], {pair.source: paths[:1]}, ["warm"], range(3), 20, 60.0, "prior", 10)
+    assert {_bundle_of(t) for t in single} == {"run0.json.gz"}
+
+
+def test_two_source_runs_give_two_bundles_and_the_report_says_so(
+    kt_datasets: Path, tmp_path: Path
+) -> None:
+    source = kt_datasets / "dedispersion_milo" / "A100.json.gz"
+    target = kt_datasets / "dedispersion_milo" / "A4000.json.gz"
+    text, records = run_transfer_bench(
+        [(source, target)], 12, 2, tmp_path, methods=["warm", "enqueue"], source_budget=15,
+        source_runs=2, plots=False, log=lambda line: None,
+    )  # fmt: skip
+    models = sorted(p.name for p in (tmp_path / "models").iterdir())
+    assert models == ["dedispersion_milo_A100.run15.json.gz",
+                      "dedispersion_milo_A100.run15.seed1.json.gz"]  # fmt: skip
+    runs = [load_bundle(tmp_path / "models" / name).source["run"] for name in models]
+    assert runs == ["surrogate, seed 0, 15 evaluations", "surrogate, seed 1, 15 evaluations"]
+    assert "fitted on 2 15-evaluation surrogate runs (seeds 0 to 1)" in text
+    assert sorted((r.sampler, r.seed) for r in records) == sorted(
+        (label, seed) for label in {r.sampler for r in records} for seed in (0, 1)
+    )
+    assert all(len(r.values) == 12 for r in records)
+    lines = (tmp_path / "runs.jsonl").read_text().splitlines()
+    assert len(lines) == 4 and all(json.loads(line)["seed"] in (0, 1) for line in lines)
+
+
+def test_source_runs_must_be_positive() -> None:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    with pytest.raises(SystemExit) as info:
+        parser.parse_args(["--warm-start", "a", "b", "--source-runs", "0"])
+    assert info.value.code == 2
+    args = parser.parse_args(["--warm-start", "a", "b", "--source-runs", "3"])
+    assert args.source_runs == 3
+    with pytest.raises(BenchError, match="--source-runs"):
+        run_transfer_bench([("a", "b")], 10, 1, "out", source_runs=0)
