@@ -1,10 +1,12 @@
 """Compare warm-start design options on a source -> target pair, in `surrotune bench`'s loop.
 
     python3 benchmarks/warm_design_variants.py SOURCE TARGET --variant NAME:OPTION=VALUE[,...] \
-        [--variant ...] [--baselines] --seeds 20 --budget 200 --jobs 2 -o OUT
+        [--variant ...] [--baselines] [--source-runs N] --seeds 20 --budget 200 --jobs 2 -o OUT
 
-The source model is the one `surrotune bench --warm-start` fits (a 200-evaluation surrogate run,
-seed 0, on SOURCE; kept in OUT/models/ and reused). Each ``--variant`` is a label and the
+The source models are the ones `surrotune bench --warm-start` fits (200-evaluation surrogate runs
+on SOURCE, seeds 0 .. N-1, one by default; kept in OUT/models/ and reused); the target's seed s
+starts from the bundle of source run s mod N, as `surrotune bench --warm-start --source-runs N`
+does. Each ``--variant`` is a label and the
 :class:`~surrotune.surrogate.transfer.WarmStart` options it sets (``warm`` with none is the
 default warm start), e.g. ``fill5:n_design=5,n_fill=5`` or ``adapt:adaptive=True``, or the
 sampler's own attributes as ``sampler.NAME`` (``warmlog:sampler.objective_scale='log'``);
@@ -48,17 +50,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--budget", type=int, default=200)
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--source-runs", type=int, default=1)
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("-o", "--out", required=True)
     args = parser.parse_args(argv)
     out = Path(args.out)
-    bundle = str(fit_source_bundles([args.source], out, 200, resume=True)[args.source][0])
-    specs = [parse_variant(v, bundle) for v in args.variant]
-    if args.baselines:
-        specs += [method_spec("cold", "cold", bundle), method_spec("enqueue", "enqueue", bundle)]
+    bundles = fit_source_bundles(
+        [args.source], out, 200, resume=True, runs=args.source_runs, jobs=args.jobs
+    )[args.source]
+
+    def specs_for(bundle: str) -> list[SamplerSpec]:
+        specs = [parse_variant(v, bundle) for v in args.variant]
+        if args.baselines:
+            specs += [method_spec("cold", "cold", bundle),
+                      method_spec("enqueue", "enqueue", bundle)]  # fmt: skip
+        return specs
+
+    by_run = [{s.label: s for s in specs_for(str(path))} for path in bundles]
     run_bench(
-        [args.target], specs, args.budget, args.seeds, out, jobs=args.jobs, plots=False,
-        resume=args.resume, command=shlex.join(["python3", *sys.argv]),
+        [args.target], list(by_run[0].values()), args.budget, args.seeds, out, jobs=args.jobs,
+        plots=False, resume=args.resume, command=shlex.join(["python3", *sys.argv]),
+        seed_spec=lambda spec, seed: by_run[seed % len(by_run)][spec.label],
     )  # fmt: skip
     return 0
 

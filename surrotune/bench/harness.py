@@ -29,6 +29,7 @@ import contextlib
 import dataclasses
 import importlib.util
 import json
+import multiprocessing
 import os
 import signal
 import sys
@@ -561,6 +562,7 @@ def run_bench(
     log: Callable[[str], None] | None = None,
     plots: bool = True,
     resume: bool = False,
+    seed_spec: Callable[[SamplerSpec, int], SamplerSpec] | None = None,
 ) -> BenchResult:
     """Run every (dataset, sampler, seed), write ``runs.jsonl``, ``bench.md`` and the plots.
 
@@ -581,6 +583,8 @@ def run_bench(
         resume: keep the records of ``out_dir/runs.jsonl`` that match a task (sampler label,
             dataset, seed, budget) and run only the rest: a long benchmark survives an
             interruption, and a changed sampler is re-run without re-running its peers.
+        seed_spec: the sampler a seed runs under a spec's label, where it differs by seed (a
+            warm start from the bundle of source run ``seed mod N``); by default the spec.
     """
     from surrotune.bench import report
 
@@ -609,7 +613,14 @@ def run_bench(
     for note in notes:
         say(f"surrotune bench: {note}")
     tasks = [
-        RunSpec(str(Path(path)), spec, seed, budget, time_limit_s, batch_size)
+        RunSpec(
+            str(Path(path)),
+            seed_spec(spec, seed) if seed_spec else spec,
+            seed,
+            budget,
+            time_limit_s,
+            batch_size,
+        )
         for spec in runnable
         for path in datasets
         for seed in seed_list
@@ -714,7 +725,11 @@ def _execute(tasks: Sequence[RunSpec], jobs: int, done: Callable[[RunRecord], No
         for task in tasks:
             done(run_one(task))
         return
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
+    # Workers come from a fork server, never forked from this process: checking the samplers
+    # (``_check_samplers``) loads warm-start bundles here, which starts XGBoost's OpenMP
+    # threads, and a child forked after that hangs in its first XGBoost call.
+    context = multiprocessing.get_context("forkserver")
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
         pending: set[Future[RunRecord]] = set()
         try:
             pending = {pool.submit(run_one, task) for task in tasks}

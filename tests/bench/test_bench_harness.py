@@ -221,3 +221,24 @@ def test_variant_options_split_outside_brackets_and_quotes() -> None:
     assert parse_options("default") == ("default", ())
     with pytest.raises(ValueError):
         parse_options("bad:x=not_a_literal")
+
+
+def test_seed_spec_chooses_the_sampler_each_seed_runs(tiny: Path, tmp_path: Path) -> None:
+    """A warm start from source run ``seed mod N`` runs a different spec per seed under one
+    label; ``seed_spec`` is that mapping, and the records keep the label."""
+    asked: list[tuple[str, int]] = []
+
+    def per_seed(spec: SamplerSpec, seed: int) -> SamplerSpec:
+        asked.append((spec.label, seed))
+        return spec if seed == 0 else SamplerSpec("brute-force", spec.label)
+
+    mixed = run_bench(
+        [tiny], "random", 6, [0, 1], tmp_path / "mixed", jobs=1, plots=False, seed_spec=per_seed
+    )
+    plain = run_bench([tiny], "random,brute-force", 6, [0, 1], tmp_path / "plain", plots=False)
+    assert sorted(asked) == [("random", 0), ("random", 1)]
+    assert [(r.sampler, r.seed) for r in mixed.records] == [("random", 0), ("random", 1)]
+    by_run = {(r.sampler, r.seed): r.values for r in plain.records}
+    assert by_run[("random", 1)] != by_run[("brute-force", 1)]
+    assert mixed.records[0].values == by_run[("random", 0)]
+    assert mixed.records[1].values == by_run[("brute-force", 1)]

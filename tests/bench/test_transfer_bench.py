@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from surrotune.bench import add_arguments
 from surrotune.bench.harness import BenchError, RunSpec
-from surrotune.bench.transfer import Pair, _tasks, run_transfer_bench
+from surrotune.bench.transfer import Pair, _tasks, build_source_bundle, run_transfer_bench
 from surrotune.surrogate.bundle import load_bundle
 
 
@@ -78,3 +81,29 @@ def test_source_runs_must_be_positive() -> None:
     assert args.source_runs == 3
     with pytest.raises(BenchError, match="--source-runs"):
         run_transfer_bench([("a", "b")], 10, 1, "out", source_runs=0)
+
+
+def test_warm_started_runs_in_parallel_workers_finish(kt_datasets: Path, tmp_path: Path) -> None:
+    """Checking a warm-started spec loads its bundle in the parent, which starts XGBoost's
+    OpenMP threads; workers forked after that hung in their first XGBoost call (without
+    OMP_NUM_THREADS=1). The workers come from a fork server, so the runs finish."""
+    source = kt_datasets / "dedispersion_milo" / "A100.json.gz"
+    target = kt_datasets / "dedispersion_milo" / "MI250X.json.gz"
+    bundle = tmp_path / "source.json.gz"
+    build_source_bundle(source, bundle, budget=15)
+    script = (
+        "import sys\n"
+        "from surrotune.bench.harness import run_bench\n"
+        "from surrotune.bench.transfer import method_spec\n"
+        "spec = method_spec('warm', 'warm', sys.argv[1])\n"
+        "result = run_bench([sys.argv[2]], [spec], 6, 2, sys.argv[3], jobs=2, plots=False,\n"
+        "                   log=lambda line: None)\n"
+        "print(sorted((r.seed, len(r.values)) for r in result.records))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(bundle), str(target), str(tmp_path / "out")],
+        env=env, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[(0, 6), (1, 6)]"
