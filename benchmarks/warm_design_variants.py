@@ -1,7 +1,8 @@
 """Compare warm-start design options on a source -> target pair, in `surrotune bench`'s loop.
 
     python3 benchmarks/warm_design_variants.py SOURCE TARGET --variant NAME:OPTION=VALUE[,...] \
-        [--variant ...] [--baselines] [--source-runs N] --seeds 20 --budget 200 --jobs 2 -o OUT
+        [--variant ...] [--baselines] [--source-runs N] [--with-source SOURCE2 ...] \
+        --seeds 20 --budget 200 --jobs 2 -o OUT
 
 The source models are the ones `surrotune bench --warm-start` fits (200-evaluation surrogate runs
 on SOURCE, seeds 0 .. N-1, one by default; kept in OUT/models/ and reused); the target's seed s
@@ -12,8 +13,11 @@ default warm start), e.g. ``fill5:n_design=5,n_fill=5`` or ``adapt:adaptive=True
 sampler's own attributes as ``sampler.NAME`` (``warmlog:sampler.objective_scale='log'``);
 ``--baselines`` adds the cold start and the enqueue baseline (the source's 10 best measured
 configurations, then the surrogate), as `surrotune bench --warm-start --methods cold,enqueue`
-runs them. The report (bench.md, runs.jsonl) is `surrotune bench`'s; ``--resume`` keeps
-finished runs.
+runs them. ``--with-source`` (repeatable) adds another source GPU: its bundles are fitted the
+same way, and two more columns run, ``warm@NAME`` (the default warm start from that source alone)
+and ``warm@all`` (from every source at once, each seed from each source's run s mod N: the
+several-sources warm start, whose ranking weights should follow the better source). The report
+(bench.md, runs.jsonl) is `surrotune bench`'s; ``--resume`` keeps finished runs.
 """
 
 from __future__ import annotations
@@ -51,22 +55,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=int, default=200)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--source-runs", type=int, default=1)
+    parser.add_argument("--with-source", action="append", default=[], metavar="SOURCE")
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("-o", "--out", required=True)
     args = parser.parse_args(argv)
     out = Path(args.out)
-    bundles = fit_source_bundles(
-        [args.source], out, 200, resume=True, runs=args.source_runs, jobs=args.jobs
-    )[args.source]
+    sources = [args.source, *args.with_source]
+    fitted = fit_source_bundles(
+        sources, out, 200, resume=True, runs=args.source_runs, jobs=args.jobs
+    )
 
-    def specs_for(bundle: str) -> list[SamplerSpec]:
+    def specs_for(run: int) -> list[SamplerSpec]:
+        bundle = str(fitted[args.source][run])
         specs = [parse_variant(v, bundle) for v in args.variant]
         if args.baselines:
             specs += [method_spec("cold", "cold", bundle),
                       method_spec("enqueue", "enqueue", bundle)]  # fmt: skip
+        if args.with_source:
+            every = tuple(str(fitted[source][run]) for source in sources)
+            for source, path in zip(sources[1:], every[1:], strict=True):
+                specs.append(method_spec("warm", f"warm@{Path(source).name.split('.')[0]}", path))
+            combined = method_spec("warm", "warm@all", every[0])
+            specs.append(dataclasses.replace(
+                combined, options=(("warm_start", every), *combined.options[1:])
+            ))  # fmt: skip
         return specs
 
-    by_run = [{s.label: s for s in specs_for(str(path))} for path in bundles]
+    by_run = [{s.label: s for s in specs_for(run)} for run in range(args.source_runs)]
     run_bench(
         [args.target], list(by_run[0].values()), args.budget, args.seeds, out, jobs=args.jobs,
         plots=False, resume=args.resume, command=shlex.join(["python3", *sys.argv]),

@@ -260,8 +260,9 @@ def fit_source_bundles(
 def _fit_sources(
     to_fit: Sequence[tuple[str, Path, int]], budget: int | None, jobs: int, launch_features: bool
 ) -> None:
-    """Fit the source bundles in spawned processes, never in this one: XGBoost's OpenMP
-    threads in the parent hang the runs' workers that :func:`_execute` then forks from it."""
+    """Fit the source bundles in spawned processes, ``jobs`` at a time, never in this one:
+    XGBoost's OpenMP threads started here would hang any child this process forks later (the
+    runs' workers come from a fork server for the same reason: ``harness._execute``)."""
     if not to_fit:
         return
     import multiprocessing
