@@ -16,7 +16,8 @@ configurations, then the surrogate), as `surrotune bench --warm-start --methods 
 runs them. ``--with-source`` (repeatable) adds another source GPU: its bundles are fitted the
 same way, and two more columns run, ``warm@NAME`` (the default warm start from that source alone)
 and ``warm@all`` (from every source at once, each seed from each source's run s mod N: the
-several-sources warm start, whose ranking weights should follow the better source). The report
+several-sources warm start, whose ranking weights should follow the better source);
+``--combined-variant`` adds a variant (as ``--variant``) of that one. The report
 (bench.md, runs.jsonl) is `surrotune bench`'s; ``--resume`` keeps finished runs.
 """
 
@@ -56,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--source-runs", type=int, default=1)
     parser.add_argument("--with-source", action="append", default=[], metavar="SOURCE")
+    parser.add_argument("--combined-variant", action="append", default=[], metavar="VARIANT")
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("-o", "--out", required=True)
     args = parser.parse_args(argv)
@@ -75,10 +77,10 @@ def main(argv: list[str] | None = None) -> int:
             every = tuple(str(fitted[source][run]) for source in sources)
             for source, path in zip(sources[1:], every[1:], strict=True):
                 specs.append(method_spec("warm", f"warm@{Path(source).name.split('.')[0]}", path))
-            combined = method_spec("warm", "warm@all", every[0])
-            specs.append(dataclasses.replace(
-                combined, options=(("warm_start", every), *combined.options[1:])
-            ))  # fmt: skip
+            combined = [method_spec("warm", "warm@all", every[0])]
+            combined += [parse_variant(v, every[0]) for v in args.combined_variant]
+            specs += [dataclasses.replace(spec, options=(("warm_start", every), *spec.options[1:]))
+                      for spec in combined]  # fmt: skip
         return specs
 
     by_run = [{s.label: s for s in specs_for(run)} for run in range(args.source_runs)]

@@ -790,10 +790,13 @@ class SurrogateSampler(BaseSampler):
         assert self._warm is not None
         existing = np.array(obs.encoded + obs.pending).reshape(-1, table.dim)
         bests = self._design_bests(obs, direction) if self._warm.adaptive else (None, None)
-        which = self._warm.design_turn(
-            obs.n + len(obs.pending), *bests, len(self._source_picks)
-        )
         sources = self._sources(table)
+        weights = None
+        if self._warm.weighted_turns and len(sources) > 1:
+            weights = self._design_weights(table, obs, direction, rng)
+        which = self._warm.design_turn(
+            obs.n + len(obs.pending), *bests, len(self._source_picks), weights
+        )
         if which is None:
             # the space-filling points a cold start would measure: spread among themselves,
             # blind to the sources' picks (a misleading source must not push them away)
@@ -815,6 +818,20 @@ class SurrogateSampler(BaseSampler):
         )  # fmt: skip
         self._source_picks.add(int(table.keys[rows[choice]]))
         return choice
+
+    def _design_weights(
+        self, table: _Table, obs: _Observed, direction: str, rng: np.random.Generator
+    ) -> np.ndarray | None:
+        """Each source's ranking weight on the target's measurements so far (None before any
+        measured ok): how well its predictions order what the design has measured."""
+        from surrotune.surrogate.transfer import ranking_weights
+
+        ok = [i for i, v in enumerate(obs.values) if v is not None]
+        if not ok:
+            return None
+        y = transform_objective(np.array([obs.values[i] for i in ok]), direction)
+        observed = self._observed_sources(table, [obs.keys[i] for i in ok])
+        return ranking_weights([s.mean for s in observed], y, rng)
 
     def _design_bests(
         self, obs: _Observed, direction: str

@@ -263,7 +263,7 @@ def test_design_interleaves_space_filling_proposals() -> None:
     turns = [warm.design_turn(t) for t in range(warm.design_length + 1)]
     assert turns == [0, None, 0, None, 0, None, None, None]
     two = WarmStart([_bundle(), _bundle()], n_design=4, n_fill=0)
-    assert [two.design_turn(t) for t in range(4)] == [0, 1, 0, 1]  # the sources take turns
+    assert [two.design_turn(t) for t in range(4)] == [0, 1, 0, 1]  # no weights yet: turns
 
 
 def test_adaptive_design_follows_whichever_kind_measured_best() -> None:
@@ -276,6 +276,45 @@ def test_adaptive_design_follows_whichever_kind_measured_best() -> None:
     # nothing measured yet (a batch in flight): the two kinds alternate
     assert warm.design_turn(2, n_source=1) == 0 and warm.design_turn(3, n_source=2) is None
     assert warm.design_turn(6, source_best=1.0, fill_best=2.0, n_source=5) is None  # design over
+
+
+def test_weighted_turns_give_the_design_to_the_source_that_ranks_the_target() -> None:
+    two = [_bundle(), _bundle()]
+    warm = WarmStart(two, n_design=4, weighted_turns=True)
+    assert warm.design_turn(2, weights=np.array([0.2, 0.8])) == 1
+    assert warm.design_turn(2, weights=np.array([0.5, 0.5])) == 0  # level: they take turns
+    assert warm.design_turn(3) == 1  # nothing measured yet: turns
+    assert warm.design_turn(4, weights=np.array([0.2, 0.8])) is None  # design over
+    assert WarmStart(two, n_design=4).weighted_turns  # the default
+    plain = WarmStart(two, n_design=4, weighted_turns=False)  # the sources take turns
+    assert plain.design_turn(2, weights=np.array([0.2, 0.8])) == 0
+
+
+@pytest.mark.parametrize("weighted", [True, False])
+def test_weighted_turns_follow_the_right_one_of_two_sources(weighted: bool) -> None:
+    """A misleading source (its optimum at BX=16) and a right one (BX=64): with weighted turns
+    the right one, which orders the target's measurements, chooses most of the design."""
+    space = SearchSpace(PARAMS)
+    wrong, right = _bundle(_results(shift=-2.0)), _bundle()
+    warm = WarmStart([wrong, right], n_design=8, weighted_turns=weighted)
+    turns: list[int | None] = []
+    design_turn = warm.design_turn
+
+    def recorded(*args: object, **kwargs: object) -> int | None:
+        turns.append(design_turn(*args, **kwargs))  # type: ignore[arg-type]
+        return turns[-1]
+
+    warm.design_turn = recorded  # type: ignore[method-assign]
+    study = optuna.create_study(sampler=SurrogateSampler(space=space, seed=0, warm_start=warm))
+    for _ in range(8):
+        trial = study.ask()
+        config = {n: trial.suggest_categorical(n, space.values[n]) for n in space.names}
+        study.tell(trial, _time(config))
+    assert len(turns) == 8 and None not in turns
+    if weighted:
+        assert turns[:2] == [0, 1] and turns.count(1) >= 6, turns
+    else:
+        assert turns == [0, 1] * 4
 
 
 def test_warm_params_reach_the_warm_start(bundle: ModelBundle) -> None:
