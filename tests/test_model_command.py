@@ -78,3 +78,32 @@ def test_a_bundle_of_other_parameters_is_refused_with_exit_code_2(
     err = capsys.readouterr().err
     assert "by" in err and "block_y" in err and "other parameters" in err
     assert main(["model", "show", str(tmp_path / "absent.json")]) == 2
+
+
+def test_two_sources_warm_start_one_run_and_both_are_weighed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--warm-start A --warm-start B``: both bundles load and are weighed against the new
+    GPU's own model, and the end of the run prints each weight (which source chooses the design
+    is tested in tests/surrogate/test_transfer.py)."""
+    cache = write_kt_cache(tmp_path / "tiny.json")
+    bundles = []
+    for seed in (0, 1):
+        db = tmp_path / f"source{seed}.db"
+        assert main(["run", "--dataset", str(cache), "--trials", "12", "--sampler", "surrogate",
+                     "--seed", str(seed), "--storage", str(db), "--study", f"s{seed}",
+                     "--no-progress", "--remeasure", "0"]) == 0  # fmt: skip
+        bundles.append(default_bundle_path(str(db), f"s{seed}"))
+    capsys.readouterr()
+    target = tmp_path / "target.db"
+    extra = ["--warm-start", str(bundles[0]), "--warm-start", str(bundles[1])]
+    assert _run(cache, target, *extra, "--save-model", "none") == 0
+    out = capsys.readouterr().out
+    assert all(f"warm start from {b} (Test GPU, 12 measurements)" in out for b in bundles)
+    weights_line = next(line for line in out.splitlines() if "final weights" in line)
+    weights = dict(
+        part.rsplit(" ", 1)
+        for part in weights_line.split("final weights ")[1].split(" (")[0].split(", ")
+    )
+    assert set(weights) == {bundles[0].name, bundles[1].name, "target"}
+    assert abs(sum(float(w) for w in weights.values()) - 1.0) < 0.02
