@@ -417,6 +417,7 @@ class SurrogateSampler(BaseSampler):
         self._warm_sources: list[Source] | None = None
         self._source_picks: set[int] = set()  # table keys the warm design's sources chose
         self._fill_picks: set[int] = set()  # ... and its space-filling proposals
+        self._design_over = False  # the warm design ended early (WarmStart.design_found)
         self._target_device: dict[str, Any] | None = None
         #: the weights, affine maps and failure beliefs of the latest warm-started fit
         self.last_transfer: TransferFit | None = None
@@ -472,6 +473,11 @@ class SurrogateSampler(BaseSampler):
             )
         rows = np.flatnonzero(available)
         in_design = obs.n + len(obs.pending) < self._warm.design_length if self._warm else False
+        if in_design and self._warm is not None and self._warm.design_stop_ratio is not None:
+            self._design_over = self._design_over or self._warm.design_found(
+                obs.values, _direction_of(study)
+            )
+            in_design = not self._design_over
         if self._warm is not None and (in_design or obs.n_ok < 2):
             choice = self._warm_design(table, obs, rows, rng, _direction_of(study))
             return table.config(int(rows[choice]))

@@ -7,11 +7,13 @@ Three things carry over, each undone by the new GPU's own data where the source 
    *measured* best, in their measured order (a measurement beats a prediction: an ensemble's
    mean smooths an isolated optimum away), then its best predicted ones; each proposal is the
    first in that order at least ``design_gap`` (0.3 in the [0, 1] encoding) from everything tried
-   or pending, and configurations a source expects to fail are left out. Several sources take
-   turns, each proposal going to the one that ranks the target's measurements so far best
-   (``weighted_turns``). Space-filling proposals, as a cold start makes them, can be interleaved
-   (``n_fill``); there are none by default (these defaults were measured against the first
-   version's as a whole, docs/transfer.md).
+   or pending, and configurations a source expects to fail are left out. With several sources,
+   each proposal goes to the one that ranks the target's measurements so far best
+   (``weighted_turns``; they take turns until the measurements can tell). The design ends
+   early once one of its measurements stands out (``design_stop_ratio``). Space-filling
+   proposals, as a cold start makes them, can be interleaved (``n_fill``); there are none by
+   default (these defaults were measured against the first version's as a whole,
+   docs/transfer.md).
 2. **A prior in the performance model.** A source predicts on its own scale (log time on the
    source GPU); an affine map ``a * s(x) + b``, fitted on the target's measurements with a ridge
    that pulls ``a`` towards 1 and keeps it non-negative, puts it on the target's. How much each
@@ -437,6 +439,13 @@ class WarmStart:
             nothing, which a single source's picks cannot. On by default since 2026-12-04:
             25, 25 and 14 evaluations to 98 % on three pairs of sources against 36, 25.5 and
             14.5 when they take turns (docs/BENCHMARKS.md, "Several sources").
+        design_stop_ratio: the design ends early once, among at least three measured
+            proposals, the best is this many times better than their median
+            (:meth:`design_found`): the search takes over from the region it found instead of
+            spending the rest of the design on the source's other regions. 3 by default since
+            2026-12-04 (convolution A4000 -> W6600: 7 evaluations to 98 % against 15 without;
+            four other pairs unchanged; docs/BENCHMARKS.md, "Ending the design"); None never
+            ends it early.
     """
 
     def __init__(
@@ -451,6 +460,7 @@ class WarmStart:
         prior_strength: float = 0.0,
         adaptive: bool = False,
         weighted_turns: bool = True,
+        design_stop_ratio: float | None = 3.0,
     ) -> None:
         if mode not in TRANSFER_MODES:
             raise ValueError(f"mode must be one of {', '.join(TRANSFER_MODES)}; got {mode!r}")
@@ -468,6 +478,7 @@ class WarmStart:
         self.design_gap = design_gap
         self.adaptive = adaptive
         self.weighted_turns = weighted_turns
+        self.design_stop_ratio = design_stop_ratio
         sequence: list[bool] = []  # True: the sources choose; False: space-filling
         while len(sequence) < n_design + n_fill:
             chosen = sum(sequence)
@@ -489,6 +500,18 @@ class WarmStart:
         """Every bundle's predictions on the configurations of ``frame`` (at the ``target``'s
         launch shape and ``sizes``: :meth:`Source.on`)."""
         return [Source.on(b, frame, target, sizes) for b in self.bundles]
+
+    def design_found(self, values: Sequence[float], direction: str = "minimize") -> bool:
+        """Whether the design can end early (``design_stop_ratio``): among at least three
+        measured proposals, the best is that many times better than their median, a region
+        the search can take over from, as a kernel engineer stops trying the old GPU's picks
+        once one of them stands out."""
+        v = np.asarray([x for x in values if x is not None], dtype=np.float64)
+        if self.design_stop_ratio is None or len(v) < 3 or (v <= 0).any():
+            return False
+        best = v.min() if direction == "minimize" else v.max()
+        ratio = np.median(v) / best if direction == "minimize" else best / np.median(v)
+        return bool(ratio >= self.design_stop_ratio)
 
     @property
     def design_length(self) -> int:

@@ -317,6 +317,43 @@ def test_weighted_turns_follow_the_right_one_of_two_sources(weighted: bool) -> N
         assert turns == [0, 1] * 4
 
 
+def test_design_ends_once_a_pick_stands_out() -> None:
+    warm = WarmStart([_bundle()], design_stop_ratio=3.0)
+    assert not warm.design_found([5.0, 1.0])  # fewer than three: too early to tell
+    assert not warm.design_found([5.0, 4.0, 2.0])  # 2x better than the median: go on
+    assert warm.design_found([5.0, 4.0, None, 1.0])  # 4x: a region to take over from
+    assert not warm.design_found([1.0, 4.0, 5.0], "maximize")  # 5 against a median of 4
+    throughput = [3.0, 4.0, 5.0]  # maximised: the best is 1.25x the median
+    assert WarmStart([_bundle()], design_stop_ratio=1.2).design_found(throughput, "maximize")
+    assert not WarmStart([_bundle()], design_stop_ratio=1.3).design_found(throughput, "maximize")
+    assert WarmStart([_bundle()]).design_stop_ratio == 3.0  # the default
+    assert not WarmStart([_bundle()], design_stop_ratio=None).design_found([5.0, 4.0, 1.0])
+
+
+def test_the_sampler_leaves_the_design_once_a_pick_stands_out(bundle: ModelBundle) -> None:
+    """The design is ten proposals; a target where the third stands out (5x the median) ends
+    it there, and the search after it never returns to the design."""
+    space = SearchSpace(PARAMS)
+    warm = WarmStart([bundle], n_design=10, design_stop_ratio=3.0)
+    sampler = SurrogateSampler(space=space, seed=0, warm_start=warm)
+    study = optuna.create_study(sampler=sampler)
+    for k in range(8):
+        trial = study.ask()
+        for n in space.names:
+            trial.suggest_categorical(n, space.values[n])
+        study.tell(trial, 1.0 if k == 2 else 5.0 + k)  # the third measurement stands out
+    assert len(sampler._source_picks) == 3 and sampler._design_over
+    never = WarmStart([bundle], n_design=10, design_stop_ratio=None)
+    plain = SurrogateSampler(space=space, seed=0, warm_start=never)
+    study = optuna.create_study(sampler=plain)
+    for k in range(8):
+        trial = study.ask()
+        for n in space.names:
+            trial.suggest_categorical(n, space.values[n])
+        study.tell(trial, 1.0 if k == 2 else 5.0 + k)
+    assert len(plain._source_picks) == 8  # never ended early: the design goes on
+
+
 def test_warm_params_reach_the_warm_start(bundle: ModelBundle) -> None:
     sampler = SurrogateSampler(
         space=SearchSpace(PARAMS), seed=0, warm_start=[bundle], n_warm_design=5, n_warm_fill=5,
