@@ -700,10 +700,18 @@ def record_runs(
 ) -> bool:
     """Run ``todo`` (``jobs`` at a time) after the kept ``records``, appending each record to
     ``records`` and to ``out/runs.jsonl`` as it arrives (the file is rewritten with the kept ones
-    first) and saying ``progress(record)``; whether Ctrl-C interrupted it."""
-    with (out / "runs.jsonl").open("w") as sink:
+    first) and saying ``progress(record)``; whether Ctrl-C interrupted it.
+
+    The kept records go to a new file that then replaces the old one whole, so that a run
+    killed while they are written (a kill, not Ctrl-C: buffered lines were lost) keeps every
+    record it had."""
+    path = out / "runs.jsonl"
+    handle, kept = tempfile.mkstemp(dir=out, prefix=".runs-", suffix=".jsonl")
+    with os.fdopen(handle, "w") as staged:
         for record in records:
-            sink.write(record.to_json() + "\n")
+            staged.write(record.to_json() + "\n")
+    os.replace(kept, path)
+    with path.open("a") as sink:
 
         def done(record: RunRecord) -> None:
             records.append(record)

@@ -242,3 +242,28 @@ def test_seed_spec_chooses_the_sampler_each_seed_runs(tiny: Path, tmp_path: Path
     assert by_run[("random", 1)] != by_run[("brute-force", 1)]
     assert mixed.records[0].values == by_run[("random", 0)]
     assert mixed.records[1].values == by_run[("brute-force", 1)]
+
+
+def test_a_resumed_benchmark_killed_at_once_keeps_every_kept_record(tmp_path: Path) -> None:
+    """The kept records are written before the first new run ends; a process killed then
+    (``os._exit``: no buffers flushed, as with SIGKILL) must still leave all of them."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    out.mkdir()
+    script = (
+        "import os, sys\n"
+        "from pathlib import Path\n"
+        "from surrotune.bench import harness\n"
+        "records = [harness.RunRecord(dataset='d', sampler='s', seed=k, budget=200,\n"
+        "           values=[1.0] * 200, statuses=['ok'] * 200, finished=True,\n"
+        "           stop_reason='budget', wall_s=1.0) for k in range(40)]\n"
+        "harness._execute = lambda *args: os._exit(3)\n"
+        "harness.record_runs(Path(sys.argv[1]), records, [None], 1, print, str)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, str(out)], capture_output=True, text=True)
+    assert done.returncode == 3, done.stderr
+    lines = (out / "runs.jsonl").read_text().splitlines()
+    assert [json.loads(line)["seed"] for line in lines] == list(range(40))
+    assert [p.name for p in out.iterdir()] == ["runs.jsonl"]  # no staging file left behind
