@@ -817,6 +817,12 @@ class SurrogateSampler(BaseSampler):
             choice = int(greedy_maximin(table.encoded[rows], 1, rng, existing=existing)[0])
             self._fill_picks.add(int(table.keys[rows[choice]]))
             return choice
+        flat = self._warm.indifferent(sources[which], rows) if len(existing) else None
+        if flat is not None:  # the source cannot rank these: spread over them
+            pick = greedy_maximin(table.encoded[rows[flat]], 1, rng, existing=existing)
+            choice = int(flat[pick[0]])
+            self._source_picks.add(int(table.keys[rows[choice]]))
+            return choice
         score = self._warm.design_score(sources, which)
         choice = pick_design(
             score, table.encoded, rows, existing, pool=self._warm.design_pool,

@@ -446,6 +446,13 @@ class WarmStart:
             2026-12-04 (convolution A4000 -> W6600: 7 evaluations to 98 % against 15 without;
             four other pairs unchanged; docs/BENCHMARKS.md, "Ending the design"); None never
             ends it early.
+        design_tolerance: a source that predicts more than ``design_pool`` configurations
+            within this fraction of its best (on its log-time scale) cannot rank them: its
+            order among them is noise (the A100 runs 1,300 dedispersion configurations within
+            2 % of its optimum, the MI250X 11). Its design proposals after the first then
+            spread over that set, each the farthest from everything tried (greedy maximin, as
+            a cold start's design), instead of following the noise into one region.
+            None ranks the best ``design_pool`` in the source's order always.
     """
 
     def __init__(
@@ -461,6 +468,7 @@ class WarmStart:
         adaptive: bool = False,
         weighted_turns: bool = True,
         design_stop_ratio: float | None = 3.0,
+        design_tolerance: float | None = 0.02,
     ) -> None:
         if mode not in TRANSFER_MODES:
             raise ValueError(f"mode must be one of {', '.join(TRANSFER_MODES)}; got {mode!r}")
@@ -479,6 +487,9 @@ class WarmStart:
         self.adaptive = adaptive
         self.weighted_turns = weighted_turns
         self.design_stop_ratio = design_stop_ratio
+        if design_tolerance is not None and design_tolerance < 0:
+            raise ValueError(f"design_tolerance must be >= 0 or None; got {design_tolerance}")
+        self.design_tolerance = design_tolerance
         sequence: list[bool] = []  # True: the sources choose; False: space-filling
         while len(sequence) < n_design + n_fill:
             chosen = sum(sequence)
@@ -564,6 +575,23 @@ class WarmStart:
         if source.top is not None:
             score = np.where(np.isfinite(source.top), source.top - 1e12, score)
         return score
+
+    def indifferent(self, source: Source, rows: np.ndarray) -> np.ndarray | None:
+        """Where ``source`` cannot rank its best (``design_tolerance``): the positions in
+        ``rows`` of the configurations it predicts within that fraction of its best and does
+        not expect to fail, when there are more of them than ``design_pool``; None otherwise
+        (or when the bundle does not model a log scale, where a fraction means nothing)."""
+        if self.design_tolerance is None or source.bundle.transform != "log":
+            return None
+        score = self.design_score([source], 0)
+        mean = np.where(np.isfinite(score), source.mean, np.inf)
+        if not np.isfinite(mean).any():
+            return None
+        near = mean <= mean.min() + np.log1p(self.design_tolerance)
+        if int(near.sum()) <= self.design_pool:
+            return None
+        inside = np.flatnonzero(near[rows])
+        return inside if len(inside) else None
 
     def fit(
         self,

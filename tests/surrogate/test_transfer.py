@@ -354,6 +354,55 @@ def test_the_sampler_leaves_the_design_once_a_pick_stands_out(bundle: ModelBundl
     assert len(plain._source_picks) == 8  # never ended early: the design goes on
 
 
+def _flat_results() -> list[Result]:
+    """A source GPU on which every configuration runs within 2 % of the best (the A100 on the
+    dedispersion kernel); TILE=4 is a hair faster, which is all its order says."""
+    out = []
+    for values in itertools.product(*PARAMS.values()):
+        c = dict(zip(PARAMS, values, strict=True))
+        t = 1.0 - 0.01 * (c["TILE"] == 4) + 0.001 * c["BY"]
+        out.append(Result(config=c, status=Status.OK, objective=t, times_ms=(t,)))
+    return out
+
+
+def test_a_source_that_cannot_rank_its_best_spreads_the_design(bundle: ModelBundle) -> None:
+    """Where a source predicts more configurations within ``design_tolerance`` of its best
+    than ``design_pool`` holds, its order among them is noise: the design spreads over them
+    instead, and reaches a target optimum (TILE=1, BX=16) that the source's order never
+    would. A source with a clear best keeps its order."""
+    flat = _bundle(_flat_results())
+    rows = np.arange(len(_frame()))
+    on_flat, on_clear = Source.on(flat, _frame()), Source.on(bundle, _frame())
+    assert len(WarmStart([flat], design_pool=8).indifferent(on_flat, rows)) > 8
+    assert WarmStart([bundle], design_pool=8).indifferent(on_clear, rows) is None
+    never = WarmStart([flat], design_pool=8, design_tolerance=None)
+    assert never.indifferent(on_flat, rows) is None
+    with pytest.raises(ValueError, match="design_tolerance"):
+        WarmStart([flat], design_tolerance=-0.1)
+
+    def target(c: dict) -> float:
+        return float(np.exp(abs(np.log2(c["BX"] / 16)) * 0.3 + abs(c["TILE"] - 1) * 0.3
+                            + abs(np.log2(c["BY"] / 4)) * 0.1))  # fmt: skip
+
+    space = SearchSpace(PARAMS)
+    designs = {}
+    for tolerance in (0.02, None):
+        warm = WarmStart([flat], n_design=6, design_pool=8, design_tolerance=tolerance,
+                         design_stop_ratio=None)  # fmt: skip
+        study = optuna.create_study(sampler=SurrogateSampler(space=space, seed=0, warm_start=warm))
+        configs = []
+        for _ in range(6):
+            trial = study.ask()
+            config = {n: trial.suggest_categorical(n, space.values[n]) for n in space.names}
+            configs.append(config)
+            study.tell(trial, target(config))
+        designs[tolerance] = configs
+    assert designs[0.02][0] == designs[None][0]  # the first pick is the source's best either way
+    assert {c["TILE"] for c in designs[None]} == {4}  # the source's order: its noise
+    assert len({c["TILE"] for c in designs[0.02]}) >= 2  # spread over what it cannot rank
+    assert min(map(target, designs[0.02])) < min(map(target, designs[None]))
+
+
 def test_warm_params_reach_the_warm_start(bundle: ModelBundle) -> None:
     sampler = SurrogateSampler(
         space=SearchSpace(PARAMS), seed=0, warm_start=[bundle], n_warm_design=5, n_warm_fill=5,
