@@ -453,6 +453,10 @@ class WarmStart:
             spread over that set, each the farthest from everything tried (greedy maximin, as
             a cold start's design), instead of following the noise into one region.
             None ranks the best ``design_pool`` in the source's order always.
+        flat_spread: where such a source's proposals spread: ``"near"``, over the
+            configurations it predicts within the tolerance; ``"space"``, over every
+            configuration it does not expect to fail (a cold start's design, the source
+            keeping its first proposal and its failures).
     """
 
     def __init__(
@@ -469,6 +473,7 @@ class WarmStart:
         weighted_turns: bool = True,
         design_stop_ratio: float | None = 3.0,
         design_tolerance: float | None = 0.02,
+        flat_spread: str = "near",
     ) -> None:
         if mode not in TRANSFER_MODES:
             raise ValueError(f"mode must be one of {', '.join(TRANSFER_MODES)}; got {mode!r}")
@@ -490,6 +495,9 @@ class WarmStart:
         if design_tolerance is not None and design_tolerance < 0:
             raise ValueError(f"design_tolerance must be >= 0 or None; got {design_tolerance}")
         self.design_tolerance = design_tolerance
+        if flat_spread not in ("near", "space"):
+            raise ValueError(f"flat_spread must be 'near' or 'space'; got {flat_spread!r}")
+        self.flat_spread = flat_spread
         sequence: list[bool] = []  # True: the sources choose; False: space-filling
         while len(sequence) < n_design + n_fill:
             chosen = sum(sequence)
@@ -590,7 +598,8 @@ class WarmStart:
         near = mean <= mean.min() + np.log1p(self.design_tolerance)
         if int(near.sum()) <= self.design_pool:
             return None
-        inside = np.flatnonzero(near[rows])
+        keep = near if self.flat_spread == "near" else np.isfinite(score)
+        inside = np.flatnonzero(keep[rows])
         return inside if len(inside) else None
 
     def fit(

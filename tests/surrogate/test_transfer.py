@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import itertools
 import json
@@ -401,6 +402,25 @@ def test_a_source_that_cannot_rank_its_best_spreads_the_design(bundle: ModelBund
     assert {c["TILE"] for c in designs[None]} == {4}  # the source's order: its noise
     assert len({c["TILE"] for c in designs[0.02]}) >= 2  # spread over what it cannot rank
     assert min(map(target, designs[0.02])) < min(map(target, designs[None]))
+
+
+def test_a_flat_source_spreads_over_its_near_set_or_the_whole_space() -> None:
+    """``flat_spread``: ``near`` keeps a flat source's proposals among the configurations it
+    predicts within the tolerance (FLAG=1 here, FLAG=0 runs 10 % slower on it); ``space``
+    spreads them over every configuration, as a cold start's design."""
+    results = [
+        dataclasses.replace(r, objective=r.objective * (1.0 if r.config["FLAG"] else 1.1))
+        for r in _flat_results()
+    ]
+    half_flat = _bundle(results)
+    frame, rows = _frame(), np.arange(len(_frame()))
+    source = Source.on(half_flat, frame)
+    near = WarmStart([half_flat], design_pool=8).indifferent(source, rows)
+    space = WarmStart([half_flat], design_pool=8, flat_spread="space").indifferent(source, rows)
+    assert set(frame.loc[near, "FLAG"]) == {1} and len(near) == (frame.FLAG == 1).sum()
+    assert len(space) == len(frame)
+    with pytest.raises(ValueError, match="flat_spread"):
+        WarmStart([half_flat], flat_spread="everywhere")
 
 
 def test_warm_params_reach_the_warm_start(bundle: ModelBundle) -> None:
