@@ -10,7 +10,9 @@ Three things carry over, each undone by the new GPU's own data where the source 
    or pending, and configurations a source expects to fail are left out. With several sources,
    each proposal goes to the one that ranks the target's measurements so far best
    (``weighted_turns``; they take turns until the measurements can tell). The design ends
-   early once one of its measurements stands out (``design_stop_ratio``). Space-filling
+   early once one of its measurements stands out (``design_stop_ratio``). A source that
+   cannot rank its best (more configurations within ``design_tolerance`` of it than the pool
+   holds) spreads its proposals over them instead (``flat_spread``). Space-filling
    proposals, as a cold start makes them, can be interleaved (``n_fill``); there are none by
    default (these defaults were measured against the first version's as a whole,
    docs/transfer.md).
