@@ -481,6 +481,17 @@ class SurrogateSampler(BaseSampler):
         if self._warm is not None and (in_design or obs.n_ok < 2):
             choice = self._warm_design(table, obs, rows, rng, _direction_of(study))
             return table.config(int(rows[choice]))
+        if (
+            self._warm is not None
+            and self._warm.fill_after
+            and not self._design_over
+            and obs.n + len(obs.pending) < self._warm.design_length + self._warm.fill_after
+        ):
+            self._design_over = self._warm.design_found(obs.values, _direction_of(study))
+            if not self._design_over:  # nothing stood out: look where the sources claim nothing
+                existing = np.array(obs.encoded + obs.pending).reshape(-1, table.dim)
+                pick = greedy_maximin(table.encoded[rows], 1, rng, existing=existing)
+                return table.config(int(rows[pick[0]]))
         if self._warm is None and (obs.n < self.n_startup_trials or obs.n_ok < 2):
             existing = np.array(obs.encoded + obs.pending).reshape(-1, table.encoded.shape[1])
             pick = greedy_maximin(

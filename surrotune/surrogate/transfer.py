@@ -459,6 +459,11 @@ class WarmStart:
             configurations it predicts within the tolerance; ``"space"``, over every
             configuration it does not expect to fail (a cold start's design, the source
             keeping its first proposal and its failures).
+        fill_after: where the whole design ran without a pick standing out
+            (``design_stop_ratio``), this many space-filling proposals follow it, each the
+            farthest from everything measured: the sources' regions look undistinguished on
+            the target, so the search first looks where they claim nothing, as a cold start
+            would. 0 by default.
     """
 
     def __init__(
@@ -476,6 +481,7 @@ class WarmStart:
         design_stop_ratio: float | None = 3.0,
         design_tolerance: float | None = 0.02,
         flat_spread: str = "near",
+        fill_after: int = 0,
     ) -> None:
         if mode not in TRANSFER_MODES:
             raise ValueError(f"mode must be one of {', '.join(TRANSFER_MODES)}; got {mode!r}")
@@ -500,6 +506,9 @@ class WarmStart:
         if flat_spread not in ("near", "space"):
             raise ValueError(f"flat_spread must be 'near' or 'space'; got {flat_spread!r}")
         self.flat_spread = flat_spread
+        if fill_after < 0:
+            raise ValueError(f"fill_after must be >= 0; got {fill_after}")
+        self.fill_after = fill_after
         sequence: list[bool] = []  # True: the sources choose; False: space-filling
         while len(sequence) < n_design + n_fill:
             chosen = sum(sequence)

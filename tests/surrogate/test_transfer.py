@@ -423,6 +423,35 @@ def test_a_flat_source_spreads_over_its_near_set_or_the_whole_space() -> None:
         WarmStart([half_flat], flat_spread="everywhere")
 
 
+def test_space_filling_follows_a_design_where_nothing_stood_out(bundle: ModelBundle) -> None:
+    """``fill_after``: after a design whose picks measured alike, the next proposal is the
+    farthest configuration from everything measured, not the search's."""
+    space = SearchSpace(PARAMS)
+
+    def proposals(values: list[float], fill_after: int) -> list[np.ndarray]:
+        warm = WarmStart([bundle], n_design=4, fill_after=fill_after)
+        study = optuna.create_study(sampler=SurrogateSampler(space=space, seed=0, warm_start=warm))
+        configs = []
+        for value in values:
+            trial = study.ask()
+            configs.append({n: trial.suggest_categorical(n, space.values[n]) for n in space.names})
+            study.tell(trial, value)
+        return [space.encode(pd.DataFrame([c]))[0] for c in configs]
+
+    alike = [2.0, 2.1, 2.2, 2.3, 5.0, 5.0]
+    filled = proposals(alike, 2)
+    design = np.array(filled[:4])
+    assert np.array_equal(design, np.array(proposals(alike, 0)[:4]))  # the design is the same
+    fifth = np.linalg.norm(design - filled[4], axis=1).min()
+    searched = proposals(alike, 0)[4]
+    assert fifth >= np.linalg.norm(design - searched, axis=1).min()
+    assert fifth == max(  # the farthest configuration from the design there is
+        np.linalg.norm(design - row, axis=1).min() for row in space.encode(_frame())
+    )
+    with pytest.raises(ValueError, match="fill_after"):
+        WarmStart([bundle], fill_after=-1)
+
+
 def test_warm_params_reach_the_warm_start(bundle: ModelBundle) -> None:
     sampler = SurrogateSampler(
         space=SearchSpace(PARAMS), seed=0, warm_start=[bundle], n_warm_design=5, n_warm_fill=5,
