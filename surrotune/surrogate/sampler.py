@@ -418,6 +418,8 @@ class SurrogateSampler(BaseSampler):
         self._source_picks: set[int] = set()  # table keys the warm design's sources chose
         self._fill_picks: set[int] = set()  # ... and its space-filling proposals
         self._design_over = False  # the warm design ended early (WarmStart.design_found)
+        self._design_paused: tuple[int, float] | None = None  # (measurements, best) then
+        self._design_resumed = False  # the search found nothing better: the design went on
         self._target_device: dict[str, Any] | None = None
         #: the weights, affine maps and failure beliefs of the latest warm-started fit
         self.last_transfer: TransferFit | None = None
@@ -473,11 +475,20 @@ class SurrogateSampler(BaseSampler):
             )
         rows = np.flatnonzero(available)
         in_design = obs.n + len(obs.pending) < self._warm.design_length if self._warm else False
-        if in_design and self._warm is not None and self._warm.design_stop_ratio is not None:
-            self._design_over = self._design_over or self._warm.design_found(
-                obs.values, _direction_of(study)
-            )
+        if self._warm is not None and self._design_resumed:  # the rest of the sources' picks
+            in_design = len(self._source_picks) < self._warm.n_design
+        elif in_design and self._warm is not None and self._warm.design_stop_ratio is not None:
+            if not self._design_over and self._warm.design_found(obs.values, _direction_of(study)):
+                self._design_over = True
+                self._design_paused = (obs.n, _best_transformed(obs.values, _direction_of(study)))
             in_design = not self._design_over
+        if self._design_paused is not None and not self._design_resumed:
+            n0, best0 = self._design_paused
+            resume = self._warm.design_resume_after if self._warm is not None else None
+            if (resume is not None and obs.n - n0 >= resume
+                    and _best_transformed(obs.values, _direction_of(study)) >= best0
+                    and len(self._source_picks) < self._warm.n_design):  # fmt: skip
+                self._design_resumed, self._design_over, in_design = True, False, True
         if self._warm is not None and (in_design or obs.n_ok < 2):
             choice = self._warm_design(table, obs, rows, rng, _direction_of(study))
             return table.config(int(rows[choice]))
@@ -811,9 +822,10 @@ class SurrogateSampler(BaseSampler):
         weights = None
         if self._warm.weighted_turns and len(sources) > 1:
             weights = self._design_weights(table, obs, direction, rng)
-        which = self._warm.design_turn(
-            obs.n + len(obs.pending), *bests, len(self._source_picks), weights
-        )
+        turn = obs.n + len(obs.pending)
+        if self._design_resumed:  # the search's proposals in between are not the design's
+            turn = len(self._source_picks) + len(self._fill_picks)
+        which = self._warm.design_turn(turn, *bests, len(self._source_picks), weights)
         if which is None:
             # the space-filling points a cold start would measure: spread among themselves,
             # blind to the sources' picks (a misleading source must not push them away)
@@ -1394,6 +1406,12 @@ def _device_of(study: Study, trials: Sequence[FrozenTrial]) -> dict[str, Any] | 
     if not limits and not device:
         return None
     return describe_device(device, limits)
+
+
+def _best_transformed(values: Sequence[float | None], direction: str) -> float:
+    """The best of ``values`` on the lower-is-better transformed scale (inf when none)."""
+    ok = np.array([v for v in values if v is not None], dtype=np.float64)
+    return float(transform_objective(ok, direction).min()) if len(ok) else float("inf")
 
 
 def _record_prediction(

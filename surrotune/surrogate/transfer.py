@@ -464,6 +464,11 @@ class WarmStart:
             farthest from everything measured: the sources' regions look undistinguished on
             the target, so the search first looks where they claim nothing, as a cold start
             would. 0 by default.
+        design_resume_after: once the design ended early (``design_stop_ratio``), the search
+            has this many measurements to beat the pick that stood out; where it does not, the
+            design goes on with the sources' remaining picks (once), as a kernel engineer goes
+            back to the old GPU's other picks when tuning around the first good one leads
+            nowhere. None never resumes it.
     """
 
     def __init__(
@@ -482,6 +487,7 @@ class WarmStart:
         design_tolerance: float | None = 0.02,
         flat_spread: str = "near",
         fill_after: int = 0,
+        design_resume_after: int | None = None,
     ) -> None:
         if mode not in TRANSFER_MODES:
             raise ValueError(f"mode must be one of {', '.join(TRANSFER_MODES)}; got {mode!r}")
@@ -509,6 +515,11 @@ class WarmStart:
         if fill_after < 0:
             raise ValueError(f"fill_after must be >= 0; got {fill_after}")
         self.fill_after = fill_after
+        if design_resume_after is not None and design_resume_after < 1:
+            raise ValueError(
+                f"design_resume_after must be >= 1 or None; got {design_resume_after}"
+            )
+        self.design_resume_after = design_resume_after
         sequence: list[bool] = []  # True: the sources choose; False: space-filling
         while len(sequence) < n_design + n_fill:
             chosen = sum(sequence)

@@ -452,6 +452,31 @@ def test_space_filling_follows_a_design_where_nothing_stood_out(bundle: ModelBun
         WarmStart([bundle], fill_after=-1)
 
 
+@pytest.mark.parametrize("improves", [False, True])
+def test_the_design_resumes_where_the_search_beats_nothing(
+    bundle: ModelBundle, improves: bool
+) -> None:
+    """``design_resume_after=3``: the third pick stands out and ends the design; where the
+    three searched configurations after it are all worse, the sources' remaining picks follow;
+    where one beats it, the search goes on."""
+    space = SearchSpace(PARAMS)
+    warm = WarmStart([bundle], n_design=10, design_stop_ratio=3.0, design_resume_after=3)
+    sampler = SurrogateSampler(space=space, seed=0, warm_start=warm)
+    study = optuna.create_study(sampler=sampler)
+    values = [6.0, 7.0, 1.0, 5.0, 0.5 if improves else 5.5, 6.0]
+    for k in range(12):
+        trial = study.ask()
+        for n in space.names:
+            trial.suggest_categorical(n, space.values[n])
+        study.tell(trial, values[k] if k < len(values) else 5.0 + k)
+        if k == 3:  # decided when the fourth was asked for
+            assert sampler._design_over and len(sampler._source_picks) == 3
+        if k == 5:
+            assert len(sampler._source_picks) == 3  # the search's three, not the design's
+    assert sampler._design_resumed is not improves
+    assert len(sampler._source_picks) == (3 if improves else 9)  # 3 + the 6 proposals after
+
+
 def test_warm_params_reach_the_warm_start(bundle: ModelBundle) -> None:
     sampler = SurrogateSampler(
         space=SearchSpace(PARAMS), seed=0, warm_start=[bundle], n_warm_design=5, n_warm_fill=5,
