@@ -446,8 +446,8 @@ class WarmStart:
             (:meth:`design_found`): the search takes over from the region it found instead of
             spending the rest of the design on the source's other regions. 3 by default since
             2026-12-04 (convolution A4000 -> W6600: 7 evaluations to 98 % against 15 without;
-            four other pairs unchanged; docs/BENCHMARKS.md, "Ending the design"); None never
-            ends it early.
+            A100 -> MI250X 32.5 against 26 on the H200 host's CPU; the other pairs unchanged;
+            docs/BENCHMARKS.md, "Ending the design"); None never ends it early.
         design_tolerance: a source that predicts more than ``design_pool`` configurations
             within this fraction of its best (on its log-time scale) cannot rank them: its
             order among them is noise (the A100 runs 1,300 dedispersion configurations within
