@@ -7,6 +7,7 @@ import gzip
 import itertools
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import optuna
@@ -87,6 +88,20 @@ def _bundle(results: list[Result] | None = None, device: dict | None = None) -> 
 @pytest.fixture(scope="module")
 def bundle() -> ModelBundle:
     return _bundle()
+
+
+def _tune(sampler: SurrogateSampler, n: int, objective: Any) -> list[dict]:
+    """``n`` ask-and-tell rounds of a study over PARAMS with ``sampler``, ``objective(k,
+    config)`` the k-th measurement; the configurations proposed, in order."""
+    space = SearchSpace(PARAMS)
+    study = optuna.create_study(sampler=sampler)
+    configs = []
+    for k in range(n):
+        trial = study.ask()
+        config = {n: trial.suggest_categorical(n, space.values[n]) for n in space.names}
+        configs.append(config)
+        study.tell(trial, objective(k, config))
+    return configs
 
 
 def _frame() -> pd.DataFrame:
@@ -244,13 +259,7 @@ def test_design_proposes_the_sources_best_configurations_kept_apart(bundle: Mode
     sampler = SurrogateSampler(
         space=space, seed=0, warm_start=[bundle], n_warm_design=4, n_warm_fill=0
     )
-    study = optuna.create_study(sampler=sampler)
-    configs = []
-    for _ in range(4):
-        trial = study.ask()
-        config = {n: trial.suggest_categorical(n, space.values[n]) for n in space.names}
-        configs.append(config)
-        study.tell(trial, _time(config))
+    configs = _tune(sampler, 4, lambda k, c: _time(c))
     assert configs[0] == {"BX": 64, "BY": 4, "TILE": 2, "FLAG": 1}  # the predicted best first
     assert all(c["BX"] * c["BY"] * c["TILE"] <= 1024 for c in configs)  # none expected to fail
     encoded = space.encode(pd.DataFrame(configs))
@@ -306,11 +315,7 @@ def test_weighted_turns_follow_the_right_one_of_two_sources(weighted: bool) -> N
         return turns[-1]
 
     warm.design_turn = recorded  # type: ignore[method-assign]
-    study = optuna.create_study(sampler=SurrogateSampler(space=space, seed=0, warm_start=warm))
-    for _ in range(8):
-        trial = study.ask()
-        config = {n: trial.suggest_categorical(n, space.values[n]) for n in space.names}
-        study.tell(trial, _time(config))
+    _tune(SurrogateSampler(space=space, seed=0, warm_start=warm), 8, lambda k, c: _time(c))
     assert len(turns) == 8 and None not in turns
     if weighted:
         assert turns[:2] == [0, 1] and turns.count(1) >= 6, turns
@@ -337,21 +342,12 @@ def test_the_sampler_leaves_the_design_once_a_pick_stands_out(bundle: ModelBundl
     space = SearchSpace(PARAMS)
     warm = WarmStart([bundle], n_design=10, design_stop_ratio=3.0)
     sampler = SurrogateSampler(space=space, seed=0, warm_start=warm)
-    study = optuna.create_study(sampler=sampler)
-    for k in range(8):
-        trial = study.ask()
-        for n in space.names:
-            trial.suggest_categorical(n, space.values[n])
-        study.tell(trial, 1.0 if k == 2 else 5.0 + k)  # the third measurement stands out
+    third_stands_out = lambda k, c: 1.0 if k == 2 else 5.0 + k  # noqa: E731
+    _tune(sampler, 8, third_stands_out)
     assert len(sampler._source_picks) == 3 and sampler._design_over
     never = WarmStart([bundle], n_design=10, design_stop_ratio=None)
     plain = SurrogateSampler(space=space, seed=0, warm_start=never)
-    study = optuna.create_study(sampler=plain)
-    for k in range(8):
-        trial = study.ask()
-        for n in space.names:
-            trial.suggest_categorical(n, space.values[n])
-        study.tell(trial, 1.0 if k == 2 else 5.0 + k)
+    _tune(plain, 8, third_stands_out)
     assert len(plain._source_picks) == 8  # never ended early: the design goes on
 
 
@@ -390,14 +386,8 @@ def test_a_source_that_cannot_rank_its_best_spreads_the_design(bundle: ModelBund
     for tolerance in (0.02, None):
         warm = WarmStart([flat], n_design=6, design_pool=8, design_tolerance=tolerance,
                          design_stop_ratio=None)  # fmt: skip
-        study = optuna.create_study(sampler=SurrogateSampler(space=space, seed=0, warm_start=warm))
-        configs = []
-        for _ in range(6):
-            trial = study.ask()
-            config = {n: trial.suggest_categorical(n, space.values[n]) for n in space.names}
-            configs.append(config)
-            study.tell(trial, target(config))
-        designs[tolerance] = configs
+        sampler = SurrogateSampler(space=space, seed=0, warm_start=warm)
+        designs[tolerance] = _tune(sampler, 6, lambda k, c: target(c))
     assert designs[0.02][0] == designs[None][0]  # the first pick is the source's best either way
     assert {c["TILE"] for c in designs[None]} == {4}  # the source's order: its noise
     assert len({c["TILE"] for c in designs[0.02]}) >= 2  # spread over what it cannot rank
@@ -430,12 +420,8 @@ def test_space_filling_follows_a_design_where_nothing_stood_out(bundle: ModelBun
 
     def proposals(values: list[float], fill_after: int) -> list[np.ndarray]:
         warm = WarmStart([bundle], n_design=4, fill_after=fill_after)
-        study = optuna.create_study(sampler=SurrogateSampler(space=space, seed=0, warm_start=warm))
-        configs = []
-        for value in values:
-            trial = study.ask()
-            configs.append({n: trial.suggest_categorical(n, space.values[n]) for n in space.names})
-            study.tell(trial, value)
+        sampler = SurrogateSampler(space=space, seed=0, warm_start=warm)
+        configs = _tune(sampler, len(values), lambda k, c: values[k])
         return [space.encode(pd.DataFrame([c]))[0] for c in configs]
 
     alike = [2.0, 2.1, 2.2, 2.3, 5.0, 5.0]
@@ -462,17 +448,8 @@ def test_the_design_resumes_where_the_search_beats_nothing(
     space = SearchSpace(PARAMS)
     warm = WarmStart([bundle], n_design=10, design_stop_ratio=3.0, design_resume_after=3)
     sampler = SurrogateSampler(space=space, seed=0, warm_start=warm)
-    study = optuna.create_study(sampler=sampler)
     values = [6.0, 7.0, 1.0, 5.0, 0.5 if improves else 5.5, 6.0]
-    for k in range(12):
-        trial = study.ask()
-        for n in space.names:
-            trial.suggest_categorical(n, space.values[n])
-        study.tell(trial, values[k] if k < len(values) else 5.0 + k)
-        if k == 3:  # decided when the fourth was asked for
-            assert sampler._design_over and len(sampler._source_picks) == 3
-        if k == 5:
-            assert len(sampler._source_picks) == 3  # the search's three, not the design's
+    _tune(sampler, 12, lambda k, c: values[k] if k < len(values) else 5.0 + k)
     assert sampler._design_resumed is not improves
     assert len(sampler._source_picks) == (3 if improves else 9)  # 3 + the 6 proposals after
 
