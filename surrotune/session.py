@@ -579,6 +579,9 @@ def format_summary(tuning: Tuning, summary: RunSummary) -> str:
     if transfer is not None:
         weights = ", ".join(f"{k} {v:.2f}" for k, v in transfer.weights.items())
         lines.append(f"Warm start: final weights {weights} (this GPU's own model: 'target')")
+    summary_of_design = getattr(tuning.study.sampler, "warm_design_summary", None)
+    if callable(summary_of_design):
+        lines.extend(f"  {line}" for line in summary_of_design())
     if tuning.model_note:
         lines.append(tuning.model_note)
     if summary.simulated_time_ms is not None:

@@ -44,6 +44,7 @@ def test_a_run_saves_its_model_and_the_next_run_starts_from_it(
     assert _run(cache, again, "--warm-start", str(saved), "--save-model", "none") == 0
     out = capsys.readouterr().out
     assert f"warm start from {saved}" in out and "Warm start: final weights" in out
+    assert "  design: " in out and "chosen by the sources" in out  # how the design went
     assert not default_bundle_path(str(again), "t").exists()
 
 

@@ -420,6 +420,7 @@ class SurrogateSampler(BaseSampler):
         self._design_over = False  # the warm design ended early (WarmStart.design_found)
         self._design_paused: tuple[int, float] | None = None  # (measurements, best) then
         self._design_resumed = False  # the search found nothing better: the design went on
+        self._flat_sources: dict[str, int] = {}  # label -> configurations it could not rank
         self._target_device: dict[str, Any] | None = None
         #: the weights, affine maps and failure beliefs of the latest warm-started fit
         self.last_transfer: TransferFit | None = None
@@ -803,6 +804,29 @@ class SurrogateSampler(BaseSampler):
             )
         return self._warm_sources
 
+    def warm_design_summary(self) -> list[str]:
+        """How the warm start's initial design went, one line each, for the end of a run: how
+        many proposals the sources chose, whether one stood out and ended it early (and
+        whether it resumed), which sources could not rank their best."""
+        if self._warm is None or not (self._source_picks or self._fill_picks):
+            return []
+        picks = len(self._source_picks)
+        line = f"design: {picks} proposal{'s' if picks != 1 else ''} chosen by the sources"
+        if self._fill_picks:
+            line += f", {len(self._fill_picks)} space-filling"
+        if self._design_paused is not None:
+            line += f"; a pick stood out after {self._design_paused[0]} measurements"
+            line += (", the search found nothing better and the design went on"
+                     if self._design_resumed else ", the search took over")  # fmt: skip
+        lines = [line]
+        tolerance = f"{100 * (self._warm.design_tolerance or 0):g} %"
+        for label, count in self._flat_sources.items():
+            lines.append(
+                f"{label} could not rank its best ({count:,} configurations within {tolerance} "
+                "of it): its picks spread over them"
+            )
+        return lines
+
     def _warm_design(
         self,
         table: _Table,
@@ -842,6 +866,7 @@ class SurrogateSampler(BaseSampler):
             return choice
         flat = self._warm.indifferent(sources[which], rows) if len(existing) else None
         if flat is not None:  # the source cannot rank these: spread over them
+            self._flat_sources.setdefault(sources[which].bundle.label, len(flat))
             pick = greedy_maximin(table.encoded[rows[flat]], 1, rng, existing=existing)
             choice = int(flat[pick[0]])
             self._source_picks.add(int(table.keys[rows[choice]]))

@@ -345,6 +345,9 @@ def test_the_sampler_leaves_the_design_once_a_pick_stands_out(bundle: ModelBundl
     third_stands_out = lambda k, c: 1.0 if k == 2 else 5.0 + k  # noqa: E731
     _tune(sampler, 8, third_stands_out)
     assert len(sampler._source_picks) == 3 and sampler._design_over
+    assert "a pick stood out after 3 measurements, the search took over" in (
+        sampler.warm_design_summary()[0]
+    )
     never = WarmStart([bundle], n_design=10, design_stop_ratio=None)
     plain = SurrogateSampler(space=space, seed=0, warm_start=never)
     _tune(plain, 8, third_stands_out)
@@ -388,6 +391,12 @@ def test_a_source_that_cannot_rank_its_best_spreads_the_design(bundle: ModelBund
                          design_stop_ratio=None)  # fmt: skip
         sampler = SurrogateSampler(space=space, seed=0, warm_start=warm)
         designs[tolerance] = _tune(sampler, 6, lambda k, c: target(c))
+    summary = sampler.warm_design_summary()  # the last one: no tolerance
+    assert summary == ["design: 6 proposals chosen by the sources"]
+    flat_run = SurrogateSampler(space=space, seed=0, warm_start=WarmStart(
+        [flat], n_design=6, design_pool=8, design_stop_ratio=None))  # fmt: skip
+    _tune(flat_run, 6, lambda k, c: target(c))
+    assert "could not rank its best (" in flat_run.warm_design_summary()[1]
     assert designs[0.02][0] == designs[None][0]  # the first pick is the source's best either way
     assert {c["TILE"] for c in designs[None]} == {4}  # the source's order: its noise
     assert len({c["TILE"] for c in designs[0.02]}) >= 2  # spread over what it cannot rank
@@ -451,6 +460,7 @@ def test_the_design_resumes_where_the_search_beats_nothing(
     values = [6.0, 7.0, 1.0, 5.0, 0.5 if improves else 5.5, 6.0]
     _tune(sampler, 12, lambda k, c: values[k] if k < len(values) else 5.0 + k)
     assert sampler._design_resumed is not improves
+    assert ("the design went on" in sampler.warm_design_summary()[0]) is not improves
     assert len(sampler._source_picks) == (3 if improves else 9)  # 3 + the 6 proposals after
 
 
