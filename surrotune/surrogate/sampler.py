@@ -475,35 +475,14 @@ class SurrogateSampler(BaseSampler):
                 "SurrogateSampler: every feasible configuration has been proposed"
             )
         rows = np.flatnonzero(available)
-        in_design = obs.n + len(obs.pending) < self._warm.design_length if self._warm else False
-        if self._warm is not None and self._design_resumed:  # the rest of the sources' picks
-            in_design = len(self._source_picks) < self._warm.n_design
-        elif in_design and self._warm is not None and self._warm.design_stop_ratio is not None:
-            if not self._design_over and self._warm.design_found(obs.values, _direction_of(study)):
-                self._design_over = True
-                self._design_paused = (obs.n, _best_transformed(obs.values, _direction_of(study)))
-            in_design = not self._design_over
-        if self._design_paused is not None and not self._design_resumed:
-            n0, best0 = self._design_paused
-            resume = self._warm.design_resume_after if self._warm is not None else None
-            if (resume is not None and obs.n - n0 >= resume
-                    and _best_transformed(obs.values, _direction_of(study)) >= best0
-                    and len(self._source_picks) < self._warm.n_design):  # fmt: skip
-                self._design_resumed, self._design_over, in_design = True, False, True
-        if self._warm is not None and (in_design or obs.n_ok < 2):
+        phase = self._design_phase(obs, _direction_of(study)) if self._warm else "search"
+        if self._warm is not None and (phase == "design" or obs.n_ok < 2):
             choice = self._warm_design(table, obs, rows, rng, _direction_of(study))
             return table.config(int(rows[choice]))
-        if (
-            self._warm is not None
-            and self._warm.fill_after
-            and not self._design_over
-            and obs.n + len(obs.pending) < self._warm.design_length + self._warm.fill_after
-        ):
-            self._design_over = self._warm.design_found(obs.values, _direction_of(study))
-            if not self._design_over:  # nothing stood out: look where the sources claim nothing
-                existing = np.array(obs.encoded + obs.pending).reshape(-1, table.dim)
-                pick = greedy_maximin(table.encoded[rows], 1, rng, existing=existing)
-                return table.config(int(rows[pick[0]]))
+        if phase == "fill":  # nothing stood out: look where the sources claim nothing
+            existing = np.array(obs.encoded + obs.pending).reshape(-1, table.dim)
+            pick = greedy_maximin(table.encoded[rows], 1, rng, existing=existing)
+            return table.config(int(rows[pick[0]]))
         if self._warm is None and (obs.n < self.n_startup_trials or obs.n_ok < 2):
             existing = np.array(obs.encoded + obs.pending).reshape(-1, table.encoded.shape[1])
             pick = greedy_maximin(
@@ -803,6 +782,35 @@ class SurrogateSampler(BaseSampler):
                 table.frame, self._launch_target(), table.space.sizes
             )
         return self._warm_sources
+
+    def _design_phase(self, obs: _Observed, direction: str) -> str:
+        """Where the warm start stands: ``design`` (the sources' picks), ``fill`` (space-filling
+        after a design where nothing stood out: ``fill_after``) or ``search``. The design ends
+        early once a pick stands out (``design_stop_ratio``), and goes on with the sources'
+        remaining picks where the search then cannot beat it (``design_resume_after``)."""
+        warm = self._warm
+        assert warm is not None
+        proposed = obs.n + len(obs.pending)
+        if self._design_resumed:
+            return "design" if len(self._source_picks) < warm.n_design else "search"
+        in_design = proposed < warm.design_length
+        if in_design and not self._design_over and warm.design_found(obs.values, direction):
+            self._design_over = True
+            self._design_paused = (obs.n, _best_transformed(obs.values, direction))
+        if self._design_paused is not None:
+            n0, best0 = self._design_paused
+            if (warm.design_resume_after is not None and obs.n - n0 >= warm.design_resume_after
+                    and _best_transformed(obs.values, direction) >= best0
+                    and len(self._source_picks) < warm.n_design):  # fmt: skip
+                self._design_resumed, self._design_over = True, False
+                return "design"
+            return "search"
+        if in_design:
+            return "design"
+        if warm.fill_after and proposed < warm.design_length + warm.fill_after:
+            self._design_over = warm.design_found(obs.values, direction)
+            return "search" if self._design_over else "fill"
+        return "search"
 
     def warm_design_summary(self) -> list[str]:
         """How the warm start's initial design went, one line each, for the end of a run: how
