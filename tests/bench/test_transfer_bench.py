@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from surrotune.bench import add_arguments
-from surrotune.bench.harness import BenchError, RunSpec
+from surrotune.bench import add_arguments, metrics
+from surrotune.bench.harness import BenchError, RunSpec, prepare_dataset
 from surrotune.bench.transfer import Pair, _tasks, build_source_bundle, run_transfer_bench
 from surrotune.surrogate.bundle import load_bundle
 
@@ -53,6 +53,7 @@ def test_two_source_runs_give_two_bundles_and_the_report_says_so(
 ) -> None:
     source = kt_datasets / "dedispersion_milo" / "A100.json.gz"
     target = kt_datasets / "dedispersion_milo" / "A4000.json.gz"
+    summary = prepare_dataset(target)[3]
     text, records = run_transfer_bench(
         [(source, target)], 12, 2, tmp_path, methods=["warm", "enqueue"], source_budget=15,
         source_runs=2, plots=False, log=lambda line: None,
@@ -63,6 +64,19 @@ def test_two_source_runs_give_two_bundles_and_the_report_says_so(
     runs = [load_bundle(tmp_path / "models" / name).source["run"] for name in models]
     assert runs == ["surrogate, seed 0, 15 evaluations", "surrogate, seed 1, 15 evaluations"]
     assert "fitted on 2 15-evaluation surrogate runs (seeds 0 to 1)" in text
+    # per source run: seed 0 from run 0, seed 1 from run 1, each method on its own row
+    pair = Pair(str(source), str(target))
+    by_run = text.split("Evaluations to 98 % by source run")[1]
+    rows = [row.split(" | ") for row in by_run.splitlines()
+            if row.startswith("| dedispersion_milo/A100 → A4000 | ")]  # fmt: skip
+    assert [row[1] for row in rows] == ["warm", "enqueue"]
+    for row, method in zip(rows, ["warm", "enqueue"], strict=True):
+        for k in (0, 1):
+            (record,) = [r for r in records if r.sampler == pair.label(method) and r.seed == k]
+            count = metrics.evaluations_to_reach(
+                record.values, summary.optimum, summary.direction, 0.98
+            )
+            assert row[2 + k].strip(" |") == (">12" if count is None else f"{count:g}")
     assert sorted((r.sampler, r.seed) for r in records) == sorted(
         (label, seed) for label in {r.sampler for r in records} for seed in (0, 1)
     )
