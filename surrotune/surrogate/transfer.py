@@ -60,7 +60,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -485,7 +485,7 @@ class WarmStart:
         weighted_turns: bool = True,
         design_stop_ratio: float | None = 3.0,
         design_tolerance: float | None = 0.02,
-        flat_spread: str = "near",
+        flat_spread: Literal["near", "space"] = "near",
         fill_after: int = 0,
         design_resume_after: int | None = None,
     ) -> None:
