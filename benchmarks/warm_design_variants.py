@@ -18,7 +18,8 @@ same way, and two more columns run, ``warm@NAME`` (the default warm start from t
 and ``warm@all`` (from every source at once, each seed from each source's run s mod N: the
 several-sources warm start, whose ranking weights should follow the better source);
 ``--combined-variant`` adds a variant (as ``--variant``) of that one. The report
-(bench.md, runs.jsonl) is `surrotune bench`'s; ``--resume`` keeps finished runs.
+(bench.md, runs.jsonl) is `surrotune bench`'s; with several source runs, by-source-run.md (also
+printed) gives each column's evaluations to 98 % per source run; ``--resume`` keeps finished runs.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import sys
 from pathlib import Path
 
 from surrotune.bench.harness import SamplerSpec, parse_options, run_bench
-from surrotune.bench.transfer import fit_source_bundles, method_spec
+from surrotune.bench.transfer import by_source_run, fit_source_bundles, method_spec
 
 
 def parse_variant(text: str, bundle: str) -> SamplerSpec:
@@ -84,11 +85,18 @@ def main(argv: list[str] | None = None) -> int:
         return specs
 
     by_run = [{s.label: s for s in specs_for(run)} for run in range(args.source_runs)]
-    run_bench(
+    result = run_bench(
         [args.target], list(by_run[0].values()), args.budget, args.seeds, out, jobs=args.jobs,
         plots=False, resume=args.resume, command=shlex.join(["python3", *sys.argv]),
         seed_spec=lambda spec, seed: by_run[seed % len(by_run)][spec.label],
     )  # fmt: skip
+    if args.source_runs > 1:  # which source run each column's count comes from
+        (target,) = result.datasets
+        rows = [((label,), label, target) for label in by_run[0]]
+        text = "\n".join(by_source_run(rows, result.records, ("variant",), args.budget,
+                                        args.source_runs))  # fmt: skip
+        (out / "by-source-run.md").write_text(text + "\n")
+        print(text)
     return 0
 
 

@@ -51,6 +51,7 @@ __all__ = [
     "METHODS",
     "Pair",
     "build_source_bundle",
+    "by_source_run",
     "fit_source_bundles",
     "format_transfer",
     "method_spec",
@@ -418,44 +419,41 @@ def format_transfer(
         )
         lines.append("| " + " | ".join(cells) + " |")
     if source_runs > 1:
-        lines += ["", *_by_source_run(pairs, records, summaries, methods, budget, source_runs)]
+        rows = [((f"{p.source_name} → {p.target_name.split('/')[-1]}", m), p.label(m),
+                 summaries[p.target]) for p in pairs for m in methods]  # fmt: skip
+        header = ("source → target", "method")
+        lines += ["", *by_source_run(rows, records, header, budget, source_runs)]
     return "\n".join(lines)
 
 
-def _by_source_run(
-    pairs: Sequence[Pair],
+def by_source_run(
+    rows: Sequence[tuple[tuple[str, ...], str, BenchDataset]],
     records: Sequence[RunRecord],
-    summaries: dict[str, BenchDataset],
-    methods: Sequence[str],
+    header: Sequence[str],
     budget: int,
     source_runs: int,
 ) -> list[str]:
-    """Evaluations to 98 % per source run: the median over the target seeds that start from
-    each run (seed s from run s mod N), every method on the same seeds. One source run decides
-    more than most options do (a pair can need 2 evaluations from one run and 178 from
-    another), and the median over all seeds hides which."""
+    """Evaluations to 98 % per source run, as markdown lines: for each row ``(cells, sampler
+    label, target)``, the median over the target seeds that start from each run (seed s from
+    run s mod N). One source run decides more than most options do (a pair can need 2
+    evaluations from one run and 178 from another), and the median over all seeds hides
+    which."""
     lines = [
         f"Evaluations to 98 % by source run (median of the seeds s with s mod {source_runs} = "
         f"run; '>{budget}': half of them or more never got there):",
         "",
-        "| source → target | method | "
-        + " | ".join(f"run {k}" for k in range(source_runs))
-        + " |",
-        "|---|---|" + "---:|" * source_runs,
+        "| " + " | ".join([*header, *(f"run {k}" for k in range(source_runs))]) + " |",
+        "|" + "---|" * len(header) + "---:|" * source_runs,
     ]
-    for pair in pairs:
-        data = summaries[pair.target]
-        name = f"{pair.source_name} → {pair.target_name.split('/')[-1]}"
-        for method in methods:
-            runs = [r for r in records
-                    if r.dataset == data.name and r.sampler == pair.label(method)]  # fmt: skip
-            if not runs:
-                continue
-            cells = []
-            for k in range(source_runs):
-                mine = [r for r in runs if r.seed % source_runs == k]
-                cells.append(_cell(_median_to(mine, data, 0.98), budget) if mine else "-")
-            lines.append(f"| {name} | {method} | " + " | ".join(cells) + " |")
+    for cells, label, data in rows:
+        runs = [r for r in records if r.dataset == data.name and r.sampler == label]
+        if not runs:
+            continue
+        counts = []
+        for k in range(source_runs):
+            mine = [r for r in runs if r.seed % source_runs == k]
+            counts.append(_cell(_median_to(mine, data, 0.98), budget) if mine else "-")
+        lines.append("| " + " | ".join([*cells, *counts]) + " |")
     return lines
 
 

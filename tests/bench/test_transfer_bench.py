@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from surrotune.bench import add_arguments, metrics
@@ -121,3 +122,47 @@ def test_warm_started_runs_in_parallel_workers_finish(kt_datasets: Path, tmp_pat
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[(0, 6), (1, 6)]"
+
+
+def test_warm_design_variants_reports_each_column_by_source_run(
+    kt_datasets: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """benchmarks/warm_design_variants.py with two source runs: by-source-run.md gives each
+    variant's evaluations to 98 % for the seeds of each run (the source bundles placed where
+    the script keeps them, from 15-evaluation runs, so that it fits none)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "warm_design_variants.py"
+    spec = importlib.util.spec_from_file_location("warm_design_variants", path)
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    source = kt_datasets / "dedispersion_milo" / "A100.json.gz"
+    target = kt_datasets / "dedispersion_milo" / "A4000.json.gz"
+    models = tmp_path / "models"
+    models.mkdir()
+    for seed, name in enumerate(["run200", "run200.seed1"]):
+        bundle = models / f"dedispersion_milo_A100.{name}.json.gz"
+        build_source_bundle(str(source), bundle, budget=15, seed=seed)
+    argv = [str(source), str(target), "--variant", "warm",
+            "--variant", "whole:design_stop_ratio=None", "--source-runs", "2", "--seeds", "4",
+            "--budget", "12", "--jobs", "1", "-o", str(tmp_path)]  # fmt: skip
+    assert script.main(argv) == 0
+    text = (tmp_path / "by-source-run.md").read_text()
+    assert text.strip() in capsys.readouterr().out
+    rows = {row.split(" | ")[0].strip("| "): row.split(" | ")[1:] for row in text.splitlines()
+            if row.startswith("| warm |") or row.startswith("| whole |")}  # fmt: skip
+    assert set(rows) == {"warm", "whole"}
+    summary = prepare_dataset(target)[3]
+    records = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
+    for label, cells in rows.items():
+        for k in (0, 1):
+            mine = [r for r in records if r["sampler"] == label and r["seed"] % 2 == k]
+            counts = [
+                metrics.evaluations_to_reach(r["values"], summary.optimum, summary.direction, 0.98)
+                for r in mine
+            ]
+            assert len(counts) == 2
+            never = sum(c is None for c in counts)
+            expected = ">12" if 2 * never >= 2 else f"{float(np.median(counts)):g}"
+            assert cells[k].strip(" |") == expected
