@@ -131,6 +131,10 @@ class _Observed:
     def n_ok(self) -> int:
         return sum(v is not None for v in self.values)
 
+    def tried(self, dim: int) -> np.ndarray:
+        """Every measured or pending configuration, encoded, as an ``(n, dim)`` array."""
+        return np.array(self.encoded + self.pending).reshape(-1, dim)
+
     def ok_keys_best_first(self, direction: str) -> list[Any]:
         """The keys of the ok observations, best value first; ties keep trial order."""
         sign = -1.0 if direction == "maximize" else 1.0
@@ -417,8 +421,7 @@ class SurrogateSampler(BaseSampler):
         self._warm_sources: list[Source] | None = None
         self._source_picks: set[int] = set()  # table keys the warm design's sources chose
         self._fill_picks: set[int] = set()  # ... and its space-filling proposals
-        self._design_over = False  # the warm design ended early (WarmStart.design_found)
-        self._design_paused: tuple[int, float] | None = None  # (measurements, best) then
+        self._design_paused: tuple[int, float] | None = None  # (measurements, best) at its end
         self._design_resumed = False  # the search found nothing better: the design went on
         self._flat_sources: dict[str, int] = {}  # label -> configurations it could not rank
         self._target_device: dict[str, Any] | None = None
@@ -480,13 +483,11 @@ class SurrogateSampler(BaseSampler):
             choice = self._warm_design(table, obs, rows, rng, _direction_of(study))
             return table.config(int(rows[choice]))
         if phase == "fill":  # nothing stood out: look where the sources claim nothing
-            existing = np.array(obs.encoded + obs.pending).reshape(-1, table.dim)
-            pick = greedy_maximin(table.encoded[rows], 1, rng, existing=existing)
+            pick = greedy_maximin(table.encoded[rows], 1, rng, existing=obs.tried(table.dim))
             return table.config(int(rows[pick[0]]))
         if self._warm is None and (obs.n < self.n_startup_trials or obs.n_ok < 2):
-            existing = np.array(obs.encoded + obs.pending).reshape(-1, table.encoded.shape[1])
             pick = greedy_maximin(
-                table.encoded[rows], 1, rng, existing=existing, pool=self.design_pool
+                table.encoded[rows], 1, rng, existing=obs.tried(table.dim), pool=self.design_pool
             )
             return table.config(int(rows[pick[0]]))
         if self._warm is not None:
@@ -783,6 +784,11 @@ class SurrogateSampler(BaseSampler):
             )
         return self._warm_sources
 
+    @property
+    def _design_over(self) -> bool:
+        """The warm design ended early (``WarmStart.design_found``) and has not resumed."""
+        return self._design_paused is not None and not self._design_resumed
+
     def _design_phase(self, obs: _Observed, direction: str) -> str:
         """Where the warm start stands: ``design`` (the sources' picks), ``fill`` (space-filling
         after a design where nothing stood out: ``fill_after``) or ``search``. The design ends
@@ -794,22 +800,20 @@ class SurrogateSampler(BaseSampler):
         if self._design_resumed:
             return "design" if len(self._source_picks) < warm.n_design else "search"
         in_design = proposed < warm.design_length
-        if in_design and not self._design_over and warm.design_found(obs.values, direction):
-            self._design_over = True
+        if in_design and self._design_paused is None and warm.design_found(obs.values, direction):
             self._design_paused = (obs.n, _best_transformed(obs.values, direction))
         if self._design_paused is not None:
             n0, best0 = self._design_paused
             if (warm.design_resume_after is not None and obs.n - n0 >= warm.design_resume_after
                     and _best_transformed(obs.values, direction) >= best0
                     and len(self._source_picks) < warm.n_design):  # fmt: skip
-                self._design_resumed, self._design_over = True, False
+                self._design_resumed = True
                 return "design"
             return "search"
         if in_design:
             return "design"
         if warm.fill_after and proposed < warm.design_length + warm.fill_after:
-            self._design_over = warm.design_found(obs.values, direction)
-            return "search" if self._design_over else "fill"
+            return "search" if warm.design_found(obs.values, direction) else "fill"
         return "search"
 
     def warm_design_summary(self) -> list[str]:
@@ -848,7 +852,7 @@ class SurrogateSampler(BaseSampler):
         from surrotune.surrogate.transfer import pick_design
 
         assert self._warm is not None
-        existing = np.array(obs.encoded + obs.pending).reshape(-1, table.dim)
+        existing = obs.tried(table.dim)
         bests = self._design_bests(obs, direction) if self._warm.adaptive else (None, None)
         sources = self._sources(table)
         weights = None
@@ -911,7 +915,7 @@ class SurrogateSampler(BaseSampler):
             values = [v for v, k in zip(obs.values, obs.keys, strict=True)
                       if v is not None and int(k) in picks]  # fmt: skip
             bests.append(
-                float(transform_objective(np.array(values), direction).min()) if values else None
+                _best_transformed(values, direction) if values else None
             )
         return bests[0], bests[1]
 
