@@ -110,3 +110,22 @@ class ResidualGP:
         mean, std = self.gp_.predict(X, return_std=True)
         latent = np.sqrt(np.maximum(std**2 - self.noise_, 0.0))
         return (mean if self.correct_mean else np.zeros_like(mean)), latent
+
+    def sample_deviation(self, encoded: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """One joint draw of the latent error around the posterior mean at the encoded
+        configurations (zero-mean; the noise left out): what Thompson sampling adds to the
+        ensemble's prediction so that configurations near each other move together, as one
+        plausible function would, instead of each by its own independent spread."""
+        if not hasattr(self, "gp_"):
+            raise NotFittedError("ResidualGP is not fitted yet; call fit first")
+        X = np.asarray(encoded, dtype=np.float64)[:, self.columns_]
+        _, cov = self.gp_.predict(X, return_cov=True)
+        cov[np.diag_indices_from(cov)] -= self.noise_
+        cov = (cov + cov.T) / 2
+        jitter = 1e-9 * max(float(np.mean(np.diag(cov))), 1e-12)
+        try:
+            root = np.linalg.cholesky(cov + jitter * np.eye(len(cov)))
+        except np.linalg.LinAlgError:  # not positive definite within rounding: the slow way
+            values, vectors = np.linalg.eigh(cov)
+            root = vectors * np.sqrt(np.clip(values, 0.0, None))
+        return root @ rng.standard_normal(len(X))

@@ -206,6 +206,15 @@ class SurrogateSampler(BaseSampler):
             believes in but has never measured (on convolution W6600 the best basin is 16 %
             faster than the second and far from it). See docs/BENCHMARKS.md.
         explore_top: see ``explore_share``.
+        thompson_share: the share of proposals chosen by Thompson sampling (Thompson 1933;
+            Russo et al. 2018) instead of expected improvement: one of the ensemble's members
+            plus one joint draw of the residual GP's error over the ``thompson_pool``
+            candidates of lowest lower confidence bound, and the best of that draw (gate
+            applied). It explores where the model's own uncertainty says a better
+            configuration may be, correlated over neighbours (a whole region moves together,
+            as one plausible function would), where ``explore_share`` goes where nothing was
+            measured. With ``uncertainty="ensemble"`` the draw is a member alone.
+        thompson_pool: see ``thompson_share``.
         use_classifier: False switches the failure classifier off (P(ok) = 1, no gate): the
             ablation that shows what learning from failures is worth.
         length_scale: distance (in the [0, 1] encoding) at which the penalty falls to 1/e.
@@ -322,6 +331,8 @@ class SurrogateSampler(BaseSampler):
         local_elites: int = 3,
         explore_share: float = 0.2,
         explore_top: float = 0.1,
+        thompson_share: float = 0.0,
+        thompson_pool: int = 1024,
         warm_start: Sequence[ModelBundle | str | Path] | WarmStart | None = None,
         transfer_mode: str = "prior",
         n_warm_design: int = 10,
@@ -373,6 +384,12 @@ class SurrogateSampler(BaseSampler):
         self.local_elites = local_elites
         self.explore_share = explore_share
         self.explore_top = explore_top
+        if not 0.0 <= thompson_share <= 1.0:
+            raise ValueError(f"thompson_share must be in [0, 1]; got {thompson_share}")
+        self.thompson_share = thompson_share
+        if thompson_pool < 1:
+            raise ValueError(f"thompson_pool must be at least 1; got {thompson_pool}")
+        self.thompson_pool = thompson_pool
         self.length_scale = length_scale
         self.max_candidates = max_candidates
         self.pool_size = pool_size
@@ -531,6 +548,15 @@ class SurrogateSampler(BaseSampler):
             if local.any():
                 rows = rows[local]
                 pending = pending[local]
+        if self.thompson_share > 0 and rng.random() < self.thompson_share:
+            choice = self._thompson_choice(
+                fit, fit.cand_mean[rows], fit.cand_std[rows], fit.cand_ok[rows],
+                fit.cand_members[:, rows] if fit.cand_members is not None else None,
+                table.encoded[rows], pending, rng,
+            )  # fmt: skip
+            if choice is not None:
+                _record_prediction(study, trial, obs, fit, float(fit.cand_mean[rows][choice]))
+                return table.config(int(rows[choice]))
         choice = self._choose(
             fit,
             obs,
@@ -550,6 +576,34 @@ class SurrogateSampler(BaseSampler):
         )
         _record_prediction(study, trial, obs, fit, float(fit.cand_mean[rows][choice]))
         return table.config(int(rows[choice]))
+
+    def _thompson_choice(
+        self,
+        fit: _Fit,
+        mean: np.ndarray,
+        std: np.ndarray,
+        p_ok: np.ndarray,
+        members: np.ndarray | None,
+        encoded: np.ndarray,
+        pending: np.ndarray,
+        rng: np.random.Generator,
+    ) -> int | None:
+        """The index of the candidate that one Thompson draw ranks best (``thompson_share``),
+        or None where the gate lets nothing through. Every array holds the candidates in one
+        order (``members`` is ``(K, n)``). Pending configurations are left out: a draw would
+        often pick what another worker is measuring."""
+        inside = np.flatnonzero((p_ok >= self.gate_threshold) & (pending > 1e-12))
+        if len(inside) == 0:
+            return None
+        lower = mean[inside] - 2.0 * std[inside]
+        pool = inside[np.argsort(lower, kind="stable")[: self.thompson_pool]]
+        if members is not None:
+            draw = members[int(rng.integers(len(members))), pool].copy()
+        else:
+            draw = mean[pool].copy()
+        if fit.residual is not None:
+            draw += fit.residual.sample_deviation(encoded[pool], rng)
+        return int(pool[int(np.argmin(draw))])
 
     def _portfolio(
         self,
@@ -1051,6 +1105,15 @@ class SurrogateSampler(BaseSampler):
             correction, std = fit.residual.predict(cand_enc)
             mean = mean + correction
         p_ok = fit.feas.predict_ok(cand_feat)
+        pending = min_distances(cand_enc, pend_enc)
+        if self.thompson_share > 0 and rng.random() < self.thompson_share:
+            members = fit.perf.predict_members(cand_feat)
+            if fit.residual is not None:
+                members = members + correction
+            choice = self._thompson_choice(fit, mean, std, p_ok, members, cand_enc, pending, rng)
+            if choice is not None:
+                _record_prediction(study, trial, obs, fit, float(mean[choice]))
+                return candidates[choice]
         choice = self._choose(
             fit,
             obs,
@@ -1058,7 +1121,7 @@ class SurrogateSampler(BaseSampler):
             std,
             p_ok,
             min_distances(cand_enc, obs_enc),
-            min_distances(cand_enc, pend_enc),
+            pending,
             None,
             rng,
         )

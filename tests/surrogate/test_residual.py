@@ -303,3 +303,115 @@ def test_gp_uncertainty_needs_plain_expected_improvement(acquisition: str) -> No
     # the default ("gp") corrects the members' mean, which they do read; the ensemble as before
     assert SurrogateSampler(acquisition=acquisition).uncertainty == "gp"
     SurrogateSampler(uncertainty="ensemble", acquisition=acquisition)
+
+
+# ------------------------------------------------------------------ Thompson sampling
+
+
+def test_sample_deviation_has_the_predicted_spread_and_correlates_neighbours() -> None:
+    X, r = _cluster(n=30)
+    model = ResidualGP().fit(X, r)
+    probe = np.array([[0.6, 0.6], [0.61, 0.6], [0.12, 0.12], [1.0, 0.0]])
+    _, std = model.predict(probe)
+    rng = np.random.default_rng(0)
+    draws = np.array([model.sample_deviation(probe, rng) for _ in range(4000)])
+    assert draws.shape == (4000, 4)
+    np.testing.assert_allclose(draws.mean(axis=0), 0.0, atol=4 * std.max() / np.sqrt(4000))
+    np.testing.assert_allclose(draws.std(axis=0), std, rtol=0.1, atol=1e-3)
+    corr = np.corrcoef(draws[:, [0, 1, 3]].T)
+    assert corr[0, 1] > 0.95  # two neighbours move together
+    assert corr[0, 1] > abs(corr[0, 2]) + 0.3  # a far point much less
+
+
+def test_sample_deviation_is_reproducible_for_a_generator_and_needs_a_fit() -> None:
+    X, r = _cluster()
+    model = ResidualGP().fit(X, r)
+    probe = np.random.default_rng(3).uniform(size=(50, 2))
+    a = model.sample_deviation(probe, np.random.default_rng(7))
+    b = model.sample_deviation(probe, np.random.default_rng(7))
+    np.testing.assert_array_equal(a, b)
+    with pytest.raises(NotFittedError):
+        ResidualGP().sample_deviation(probe, np.random.default_rng(0))
+
+
+class _NoResidual:
+    residual = None
+
+
+def test_thompson_choice_takes_the_best_of_one_member_among_the_open_candidates() -> None:
+    """Gate (P(ok) under the threshold) and pending configurations are left out; among the
+    rest, the drawn member's best. With one member the draw is that member."""
+    sampler = SurrogateSampler(seed=0, thompson_share=1.0, gate_threshold=0.1)
+    mean = np.array([0.0, 1.0, 2.0, 3.0, 4.0])
+    members = np.array([[5.0, 0.0, 1.0, 2.0, -1.0]])
+    p_ok = np.array([1.0, 1.0, 1.0, 1.0, 0.05])  # the member's best is gated out
+    pending = np.array([np.inf, 0.0, np.inf, np.inf, np.inf])  # its second best is pending
+    choice = sampler._thompson_choice(
+        _NoResidual(), mean, np.zeros(5), p_ok, members, np.zeros((5, 2)), pending,
+        np.random.default_rng(0),
+    )  # fmt: skip
+    assert choice == 2
+    nothing_open = sampler._thompson_choice(
+        _NoResidual(), mean, np.zeros(5), np.zeros(5), members, np.zeros((5, 2)), pending,
+        np.random.default_rng(0),
+    )  # fmt: skip
+    assert nothing_open is None
+
+
+def test_thompson_pool_keeps_the_lowest_lower_confidence_bounds() -> None:
+    """Only the ``thompson_pool`` candidates of lowest mean - 2 std are drawn from: a member
+    that prefers a candidate outside the pool cannot choose it."""
+    sampler = SurrogateSampler(seed=0, thompson_share=1.0, thompson_pool=2)
+    mean = np.array([0.0, 0.5, 3.0, 1.0])
+    std = np.array([0.0, 0.0, 0.0, 1.0])  # lower bounds 0, 0.5, 3, -1: the pool is rows 3, 0
+    members = np.array([[0.2, 0.1, -9.0, 0.3]])
+    choice = sampler._thompson_choice(
+        _NoResidual(), mean, std, np.ones(4), members, np.zeros((4, 2)), np.full(4, np.inf),
+        np.random.default_rng(0),
+    )  # fmt: skip
+    assert choice == 0
+
+
+def test_thompson_share_is_validated() -> None:
+    with pytest.raises(ValueError, match="thompson_share"):
+        SurrogateSampler(thompson_share=1.5)
+    with pytest.raises(ValueError, match="thompson_pool"):
+        SurrogateSampler(thompson_pool=0)
+
+
+@pytest.mark.parametrize("with_space", [True, False])
+def test_a_study_with_thompson_share_draws_and_never_repeats(
+    with_space: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    space = SearchSpace(
+        {"a": [1, 2, 4, 8, 16, 32], "b": [1, 2, 4, 8], "c": [0, 1]}, constraints=["a * b <= 64"]
+    )
+
+    def objective(trial: optuna.Trial) -> float:
+        a, b, c = (trial.suggest_categorical(n, space.values[n]) for n in ("a", "b", "c"))
+        return (a - 8) ** 2 + (b - 2) ** 2 + 1.0 + c
+
+    draws: list[int | None] = []
+    choose = SurrogateSampler._thompson_choice
+
+    def record(self: SurrogateSampler, *args: Any) -> int | None:
+        out = choose(self, *args)
+        draws.append(out)
+        return out
+
+    monkeypatch.setattr(SurrogateSampler, "_thompson_choice", record)
+
+    def run() -> list[tuple]:
+        sampler = SurrogateSampler(
+            space=space if with_space else None, seed=0, thompson_share=0.5, pool_size=256
+        )
+        study = optuna.create_study(sampler=sampler)
+        study.optimize(objective, n_trials=30)
+        return [tuple(t.params[n] for n in ("a", "b", "c")) for t in study.trials]
+
+    keys = run()
+    assert len(set(keys)) == len(keys) == 30
+    assert any(d is not None for d in draws)  # Thompson draws chose proposals
+    if with_space:
+        assert all(a * b <= 64 for a, b, _ in keys)
+    assert keys == run()  # deterministic for a seed
