@@ -5,9 +5,11 @@
 
 Screening a sampler option at 10 seeds against the default's 20-seed runs in docs/bench/ needs
 the same seeds side by side: this prints, per dataset and sampler, the evaluations to the target
-on each seed (201 where a run never got there: budget + 1), their median and how many seeds got
-there, and the mean methodology score of those seeds' runs, from any mix of runs files (the
-default's kept runs, a variant's new ones).
+on each seed (201 where a run never got there: budget + 1), their median with its
+distribution-free 95 % interval (`surrotune.bench.metrics.median_interval`; ">" where it is
+unbounded within the budget, "-" under 6 seeds) and how many seeds got there, and the mean
+methodology score of those seeds' runs, from any mix of runs files (the default's kept runs, a
+variant's new ones).
 """
 
 from __future__ import annotations
@@ -78,12 +80,17 @@ def main(argv: list[str] | None = None) -> int:
                 run.values, bench.feasible, bench.direction, run.budget, baseline=baseline
             )
     print(f"evaluations to {args.target:.0%} of the optimum, seeds {args.seeds}")
-    print(f"{'dataset':28} {'sampler':28} {'median':>7} {'hit':>6} {'score':>6}  per seed")
+    print(f"{'dataset':28} {'sampler':28} {'median':>7} {'95 % interval':>13} {'hit':>6} "
+          f"{'score':>6}  per seed")  # fmt: skip
     for (dataset, sampler), runs in sorted(table.items()):
         values = [runs[s][0] for s in sorted(runs)]
         hit = sum(runs[s][1] for s in runs)
         score = statistics.mean(scores[dataset, sampler].values())
-        print(f"{dataset:28} {sampler:28} {statistics.median(values):7.1f} "
+        interval = metrics.median_interval([runs[s][0] if runs[s][1] else None for s in runs])
+        shown = "-" if interval is None else "[{}, {}]".format(
+            *(f"{v:g}" if v is not None else ">" for v in interval)
+        )
+        print(f"{dataset:28} {sampler:28} {statistics.median(values):7.1f} {shown:>13} "
               f"{hit:3}/{len(values):<2} {score:6.2f}  {' '.join(map(str, values))}")  # fmt: skip
     return 0
 

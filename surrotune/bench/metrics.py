@@ -34,6 +34,7 @@ __all__ = [
     "evaluations_to_reach",
     "fraction_curve",
     "fraction_of_optimum",
+    "median_interval",
     "methodology_score",
     "methodology_score_curve",
     "optimum_of",
@@ -122,6 +123,36 @@ def evaluations_to_reach(
     curve = fraction_curve(values, optimum, direction)
     hits = np.nonzero(curve >= target - _EPS)[0]
     return int(hits[0]) + 1 if hits.size else None
+
+
+def median_interval(
+    counts: Sequence[float | None], confidence: float = 0.95
+) -> tuple[float | None, float | None] | None:
+    """A distribution-free confidence interval for the median of ``counts`` over seeds.
+
+    The order-statistic interval ``[x_(k), x_(n - k + 1)]`` with the largest ``k`` for which
+    ``P(B <= k - 1) <= (1 - confidence) / 2``, ``B ~ Binomial(n, 1/2)``: it holds the true
+    median with probability at least ``confidence`` whatever the distribution (Conover,
+    *Practical Nonparametric Statistics*, 3rd ed., section 3.2), which evaluation counts need
+    (heavy-tailed, with ties, and "never" for runs that did not get there). ``None`` in
+    ``counts`` is such a run, larger than every count: an end that falls on one is None
+    (unbounded within the budget). Returns None when ``n`` is too small for any interval at
+    that confidence (fewer than 6 runs at 95 %).
+    """
+    from scipy.stats import binom
+
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1); got {confidence}")
+    n = len(counts)
+    alpha = (1.0 - confidence) / 2.0
+    k = 0
+    while k + 1 <= n and binom.cdf(k, n, 0.5) <= alpha:
+        k += 1  # P(B <= k - 1) <= alpha still holds for this k
+    if k == 0 or k > n - k + 1:
+        return None
+    ordered = sorted(counts, key=lambda c: (c is None, c if c is not None else 0.0))
+    low, high = ordered[k - 1], ordered[n - k]
+    return (None if low is None else float(low)), (None if high is None else float(high))
 
 
 # ----------------------------------------------------------------- random search, exactly

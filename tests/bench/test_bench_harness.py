@@ -86,6 +86,9 @@ def test_random_and_brute_force_end_to_end(tiny: Path, tmp_path: Path) -> None:
     assert rows[RANDOM_EXPECTATION].score == 0.0
     text = (out / "bench.md").read_text()
     assert "| random |" in text and "| brute-force |" in text and RANDOM_EXPECTATION in text
+    # two seeds are too few for a 95 % interval of the median: the cells carry none
+    table = [line for line in text.splitlines() if line.startswith("| random")]
+    assert rows["random"].reach_interval == {} and table and "[" not in table[0]
     assert "![tinybench/GPU](convergence_tinybench_GPU.png)" in text
 
 
@@ -105,6 +108,21 @@ def test_brute_force_over_the_whole_space_reaches_the_optimum(tiny: Path, tmp_pa
     assert expected.expected_to_reach is not None
     assert expected.expected_to_reach[1.0] == pytest.approx(33 / 2)
     assert expected.to_reach[1.0] == 16  # the exact median: P(T <= n) = n / 32
+
+
+def test_the_98_percent_cell_carries_the_interval_of_its_median(
+    tiny: Path, tmp_path: Path
+) -> None:
+    result = run_bench([tiny], ["random"], 12, 8, tmp_path / "out", jobs=2, plots=False)
+    row = next(r for r in summarise(result) if r.sampler == "random")
+    counts = [
+        metrics.evaluations_to_reach(r.values, 1.0, "minimize", 0.98) for r in result.records
+    ]
+    interval = metrics.median_interval(counts)
+    assert interval is not None and row.reach_interval[0.98] == interval
+    low, high = (f"{v:g}" if v is not None else ">12" for v in interval)
+    median = ">12" if row.to_reach[0.98] is None else f"{row.to_reach[0.98]:g}"
+    assert f"| {median} [{low}, {high}] |" in (tmp_path / "out" / "bench.md").read_text()
 
 
 def test_known_constraints_come_from_the_spaces_file_and_cost_nothing(
