@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -285,3 +286,63 @@ def test_a_resumed_benchmark_killed_at_once_keeps_every_kept_record(tmp_path: Pa
     lines = (out / "runs.jsonl").read_text().splitlines()
     assert [json.loads(line)["seed"] for line in lines] == list(range(40))
     assert [p.name for p in out.iterdir()] == ["runs.jsonl"]  # no staging file left behind
+
+
+def _goal_status() -> ModuleType:
+    """benchmarks/goal_status.py (it imports compare_runs from its own folder)."""
+    folder = Path(__file__).resolve().parents[2] / "benchmarks"
+    sys.path.insert(0, str(folder))
+    try:
+        spec = importlib.util.spec_from_file_location("goal_status", folder / "goal_status.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(folder))
+    return module
+
+
+def test_goal_bound_and_verdict_by_hand() -> None:
+    goal = _goal_status()
+    assert goal.goal_bound(20) == 10 and goal.goal_bound(21) == 10.5
+    assert goal.goal_bound(159) == 79.5
+    assert goal.verdict(8, (5.0, 9.0), 10) == "met clearly"
+    assert goal.verdict(8, (5.0, 12.0), 10) == "met, within noise"
+    assert goal.verdict(8, (5.0, None), 10) == "met, within noise"  # unbounded above
+    assert goal.verdict(15, (11.0, 20.0), 10) == "missed clearly"
+    assert goal.verdict(15, (9.0, 20.0), 10) == "missed, within noise"
+    assert goal.verdict(15, None, 10) == "missed"  # too few seeds for an interval
+
+
+def test_goal_status_compares_ours_with_the_best_peer(
+    tiny: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Random search as "ours" against brute force (in the table's order) as the only peer, on 8
+    seeds: the medians and intervals are the metrics' own, the bound half the peer's or 10."""
+    out = tmp_path / "out"
+    result = run_bench([tiny], ["random", "brute-force"], 30, 8, out, jobs=2, plots=False)
+    goal = _goal_status()
+    assert goal.main([str(out / "runs.jsonl"), "--datasets", str(tiny), "--ours", "random",
+                      "--peers", "brute-force", "--seeds", "0-7"]) == 0  # fmt: skip
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3 and lines[2].startswith("| tinybench/GPU |")
+    cells = [c.strip() for c in lines[2].strip("|").split("|")]
+    data = result.datasets[0]
+
+    def counts(sampler: str) -> list[int | None]:
+        return [
+            metrics.evaluations_to_reach(r.values, data.optimum, data.direction, 0.98)
+            for r in result.records
+            if r.sampler == sampler
+        ]
+
+    ours, peer = counts("random"), counts("brute-force")
+    assert None not in peer  # brute force over 32 configurations always gets there in 30
+    interval = metrics.median_interval(ours)
+    assert interval is not None  # 8 seeds: [x_(1), x_(8)]
+    low, high = (">30" if v is None else f"{v:g}" for v in interval)
+    median = np.median([31 if c is None else c for c in ours])
+    assert cells[1] == f"{'>30' if median > 30 else f'{median:g}'} [{low}, {high}]"
+    assert cells[2] == "brute-force"
+    assert cells[4] == f"≤ {goal.goal_bound(float(np.median(peer))):g}"
+    assert cells[5].startswith("met" if median <= goal.goal_bound(np.median(peer)) else "missed")
