@@ -45,6 +45,7 @@ __all__ = [
     "checkpoints",
     "format_markdown",
     "load_runs",
+    "median_to_reach",
     "plot_convergence",
     "summarise",
     "write_report",
@@ -83,7 +84,7 @@ def checkpoints(budget: int) -> list[int]:
     return points if budget in points else [*points, budget]
 
 
-def _median_to_reach(counts: Sequence[int | None]) -> float | None:
+def median_to_reach(counts: Sequence[int | None]) -> float | None:
     """Median with 'never' as infinity; None when half or more of the runs never got there."""
     never = sum(c is None for c in counts)
     if not counts or 2 * never >= len(counts):
@@ -118,7 +119,7 @@ def _row(
         t: [metrics.evaluations_to_reach(r.values, data.optimum, data.direction, t) for r in good]
         for t in TARGETS
     }
-    to_reach = {t: _median_to_reach(c) for t, c in counts.items()}
+    to_reach = {t: median_to_reach(c) for t, c in counts.items()}
     intervals = {t: metrics.median_interval(c) for t, c in counts.items()}
     baseline = metrics.random_expected_best(data.feasible, data.direction, budget)
     scores = [

@@ -166,3 +166,27 @@ def test_warm_design_variants_reports_each_column_by_source_run(
             never = sum(c is None for c in counts)
             expected = ">12" if 2 * never >= 2 else f"{float(np.median(counts)):g}"
             assert cells[k].strip(" |") == expected
+
+
+def test_the_transfer_table_gives_the_98_percent_median_its_interval() -> None:
+    """Six runs reaching 98 % after 1..5 evaluations and one never (budget 8): the interval is
+    the extremes, [x_(1), x_(6)], the last unbounded within the budget."""
+    from types import SimpleNamespace
+
+    from surrotune.bench.harness import RunRecord
+    from surrotune.bench.transfer import _interval_cell, _median_to
+
+    def record(seed: int, reached_at: int | None) -> RunRecord:
+        values = [2.0] * 8 if reached_at is None else [2.0] * (reached_at - 1) + [1.0] * (
+            9 - reached_at
+        )
+        return RunRecord(
+            dataset="t", sampler="warm", seed=seed, budget=8, values=values,
+            statuses=["ok"] * 8, finished=True, stop_reason="budget", wall_s=0.0,
+        )  # fmt: skip
+
+    data = SimpleNamespace(optimum=1.0, direction="minimize")
+    runs = [record(k, at) for k, at in enumerate([3, 1, None, 5, 2, 4])]
+    assert _median_to(runs, data, 0.98) == 3.5
+    assert _interval_cell(runs, data, 8) == " [1, >8]"
+    assert _interval_cell(runs[:5], data, 8) == ""  # five runs: no 95 % interval
