@@ -35,6 +35,7 @@ __all__ = [
     "fraction_curve",
     "fraction_of_optimum",
     "median_interval",
+    "median_ratio_interval",
     "methodology_score",
     "methodology_score_curve",
     "optimum_of",
@@ -153,6 +154,36 @@ def median_interval(
     ordered = sorted(counts, key=lambda c: (c is None, c if c is not None else 0.0))
     low, high = ordered[k - 1], ordered[n - k]
     return (None if low is None else float(low)), (None if high is None else float(high))
+
+
+def median_ratio_interval(
+    numerator: Sequence[float | None],
+    denominator: Sequence[float | None],
+    *,
+    never: float,
+    confidence: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> tuple[float, float] | None:
+    """A percentile-bootstrap interval of ``median(numerator) / median(denominator)``.
+
+    The warm start's goal is such a ratio (the cold start's evaluations over the warm start's),
+    of two independent sets of seeds; each set is resampled with replacement, ``resamples``
+    times (seeded: the same interval every time). ``None`` counts as ``never`` (the budget + 1,
+    as the ratio itself counts a run that never got there). None when either side is empty.
+    """
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1); got {confidence}")
+    a = np.array([never if v is None else v for v in numerator], dtype=np.float64)
+    b = np.array([never if v is None else v for v in denominator], dtype=np.float64)
+    if len(a) == 0 or len(b) == 0:
+        return None
+    rng = np.random.default_rng(seed)
+    top = np.median(rng.choice(a, size=(resamples, len(a))), axis=1)
+    bottom = np.median(rng.choice(b, size=(resamples, len(b))), axis=1)
+    alpha = (1.0 - confidence) / 2.0
+    low, high = np.quantile(top / bottom, [alpha, 1.0 - alpha])
+    return float(low), float(high)
 
 
 # ----------------------------------------------------------------- random search, exactly

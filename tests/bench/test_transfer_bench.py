@@ -190,3 +190,33 @@ def test_the_transfer_table_gives_the_98_percent_median_its_interval() -> None:
     assert _median_to(runs, data, 0.98) == 3.5
     assert _interval_cell(runs, data, 8) == " [1, >8]"
     assert _interval_cell(runs[:5], data, 8) == ""  # five runs: no 95 % interval
+
+
+def test_the_transfer_table_gives_the_ratio_its_bootstrap_interval(kt_datasets: Path) -> None:
+    """Eight cold runs reaching 98 % at 40 and eight warm runs at 10 (budget 50): ratio 4, and
+    an interval of [4, 4] since every resample is the same; the 98 % cells carry [40, 40] and
+    [10, 10]."""
+    from surrotune.bench.harness import RunRecord
+    from surrotune.bench.transfer import format_transfer
+
+    source = kt_datasets / "dedispersion_milo" / "A100.json.gz"
+    target = kt_datasets / "dedispersion_milo" / "A4000.json.gz"
+    summary = prepare_dataset(target)[3]
+    pair = Pair(str(source), str(target))
+    worse = summary.optimum * 2 if summary.direction == "minimize" else summary.optimum / 2
+
+    def record(method: str, seed: int, reached_at: int) -> RunRecord:
+        values = [worse] * (reached_at - 1) + [summary.optimum] * (51 - reached_at)
+        return RunRecord(
+            dataset=summary.name, sampler=pair.label(method), seed=seed, budget=50,
+            values=values, statuses=["ok"] * 50, finished=True, stop_reason="budget", wall_s=0.0,
+        )  # fmt: skip
+
+    records = [record("cold", k, 40) for k in range(8)] + [record("warm", k, 10) for k in range(8)]
+    text = format_transfer(
+        [pair], records, {str(target): summary}, ["cold", "warm"], 50, list(range(8)),
+        source_budget=200, enqueue_top=10, command=None, wall_s=0.0,
+    )  # fmt: skip
+    row = next(line for line in text.splitlines() if line.startswith("| dedispersion_milo/A100"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[2:] == ["40 / 40 [40, 40]", "10 / 10 [10, 10]", "4.00 [4.00, 4.00]"]
