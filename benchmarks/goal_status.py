@@ -28,6 +28,7 @@ from compare_runs import parse_seeds, read_runs
 
 from surrotune.bench import metrics
 from surrotune.bench.harness import prepare_dataset
+from surrotune.bench.report import interval_text
 
 TARGET = 0.98
 
@@ -52,10 +53,7 @@ def verdict(ours: float, interval: tuple[float | None, float | None] | None, bou
 
 def _cell(median: float, interval: tuple[float | None, float | None] | None, budget: int) -> str:
     shown = f">{budget}" if median > budget else f"{median:g}"
-    if interval is None:
-        return shown
-    low, high = (f"{v:g}" if v is not None else f">{budget}" for v in interval)
-    return f"{shown} [{low}, {high}]"
+    return shown + interval_text(interval, budget)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -44,6 +44,7 @@ __all__ = [
     "Row",
     "checkpoints",
     "format_markdown",
+    "interval_text",
     "load_runs",
     "median_to_reach",
     "plot_convergence",
@@ -82,6 +83,15 @@ def checkpoints(budget: int) -> list[int]:
     """The checkpoints within the budget, and the budget itself."""
     points = [c for c in CHECKPOINTS if c <= budget]
     return points if budget in points else [*points, budget]
+
+
+def interval_text(interval: tuple[float | None, float | None] | None, budget: int) -> str:
+    """`` [low, high]`` for an interval of evaluation counts (an unbounded end as
+    ``>budget``), or "" where there is none: the one spelling of the tables' intervals."""
+    if interval is None:
+        return ""
+    low, high = (f"{v:g}" if v is not None else f">{budget}" for v in interval)
+    return f" [{low}, {high}]"
 
 
 def median_to_reach(counts: Sequence[int | None]) -> float | None:
@@ -192,10 +202,8 @@ def _reach_cell(row: Row, target: float, budget: int) -> str:
         shown = f"{value:g}" if value is not None else f">{budget}"
         return f"{shown} (mean {mean:,.1f})"
     shown = (f">{budget}" if row.fractions else "-") if value is None else f"{value:g}"
-    interval = (row.reach_interval or {}).get(target)
-    if target == INTERVAL_TARGET and interval is not None:
-        low, high = (f"{v:g}" if v is not None else f">{budget}" for v in interval)
-        shown += f" [{low}, {high}]"
+    if target == INTERVAL_TARGET:
+        shown += interval_text((row.reach_interval or {}).get(target), budget)
     return shown
 
 

@@ -348,16 +348,6 @@ def _cell(value: float | None, budget: int) -> str:
     return f">{budget}" if value is None else f"{value:g}"
 
 
-def _interval_cell(records: Sequence[RunRecord], data: BenchDataset, budget: int) -> str:
-    """`` [low, high]``: the 95 % interval of the median evaluations to 98 %; empty under 6
-    runs (:func:`surrotune.bench.metrics.median_interval`)."""
-    interval = metrics.median_interval(_counts_to(records, data, 0.98))
-    if interval is None:
-        return ""
-    low, high = (_cell(v, budget) for v in interval)
-    return f" [{low}, {high}]"
-
-
 def format_transfer(
     pairs: Sequence[Pair],
     records: Sequence[RunRecord],
@@ -410,15 +400,17 @@ def format_transfer(
         cells = [f"{pair.source_name} → {pair.target_name.split('/')[-1]}",
                  f"{_rank_correlation(pair):.2f}"]  # fmt: skip
         reach: dict[str, tuple[float | None, float | None]] = {}
+        counts: dict[str, list[int | None]] = {}  # method -> its runs' evaluations to 98 %
         for method in methods:
             runs = [r for r in records
                     if r.dataset == data.name and r.sampler == pair.label(method)]  # fmt: skip
             if not runs:
                 cells.append("-")
                 continue
-            reach[method] = (_median_to(runs, data, 0.95), _median_to(runs, data, 0.98))
+            counts[method] = _counts_to(runs, data, 0.98)
+            reach[method] = (_median_to(runs, data, 0.95), report.median_to_reach(counts[method]))
             a, b = reach[method]
-            interval = _interval_cell(runs, data, budget)
+            interval = report.interval_text(metrics.median_interval(counts[method]), budget)
             cells.append(f"{_cell(a, budget)} / {_cell(b, budget)}{interval}")
         cold, warm = reach.get("cold", (None, None))[1], reach.get("warm", (None, None))[1]
         cold_v = budget + 1 if cold is None else cold
@@ -426,12 +418,9 @@ def format_transfer(
         ratio = cold_v / warm_v if "cold" in reach and "warm" in reach else None
         spread = ""
         if ratio is not None:
-            runs_of = {m: [r for r in records if r.dataset == data.name
-                           and r.sampler == pair.label(m)] for m in ("cold", "warm")}  # fmt: skip
             interval = metrics.median_ratio_interval(
-                _counts_to(runs_of["cold"], data, 0.98), _counts_to(runs_of["warm"], data, 0.98),
-                never=budget + 1,
-            )  # fmt: skip
+                counts["cold"], counts["warm"], never=budget + 1
+            )
             spread = "" if interval is None else f" [{interval[0]:.2f}, {interval[1]:.2f}]"
         cells.append(
             "-"

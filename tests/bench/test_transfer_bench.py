@@ -174,7 +174,8 @@ def test_the_transfer_table_gives_the_98_percent_median_its_interval() -> None:
     from types import SimpleNamespace
 
     from surrotune.bench.harness import RunRecord
-    from surrotune.bench.transfer import _interval_cell, _median_to
+    from surrotune.bench.report import interval_text
+    from surrotune.bench.transfer import _counts_to, _median_to
 
     def record(seed: int, reached_at: int | None) -> RunRecord:
         values = [2.0] * 8 if reached_at is None else [2.0] * (reached_at - 1) + [1.0] * (
@@ -188,8 +189,12 @@ def test_the_transfer_table_gives_the_98_percent_median_its_interval() -> None:
     data = SimpleNamespace(optimum=1.0, direction="minimize")
     runs = [record(k, at) for k, at in enumerate([3, 1, None, 5, 2, 4])]
     assert _median_to(runs, data, 0.98) == 3.5
-    assert _interval_cell(runs, data, 8) == " [1, >8]"
-    assert _interval_cell(runs[:5], data, 8) == ""  # five runs: no 95 % interval
+
+    def interval_cell(runs: list[RunRecord]) -> str:
+        return interval_text(metrics.median_interval(_counts_to(runs, data, 0.98)), 8)
+
+    assert interval_cell(runs) == " [1, >8]"
+    assert interval_cell(runs[:5]) == ""  # five runs: no 95 % interval
 
 
 def test_the_transfer_table_gives_the_ratio_its_bootstrap_interval(kt_datasets: Path) -> None:
