@@ -101,6 +101,7 @@ __all__ = ["SurrogateSampler"]
 #: statuses that say nothing about the kernel (never compiled): not learned
 _NOT_LEARNED = {Status.CONSTRAINT.value}
 _ACQUISITIONS = ("ei", "ei-members", "ei-kde")
+_BOUNDARY_SCORES = ("uncertainty", "acquisition")
 _OBJECTIVE_SCALES = ("log", "copula", "power")
 _UNCERTAINTIES = ("ensemble", "gp", "gp-spread")
 #: ok observations before a ``uncertainty="gp"`` model is fitted (the ensemble's spread before)
@@ -193,6 +194,11 @@ class SurrogateSampler(BaseSampler):
         boundary_share: probability per proposal of choosing among candidates one step from a
             known failure, where P(ok) is most uncertain (needs a SearchSpace). Off by default:
             on convolution_milo/A100 and gemm_h200 (5 seeds) it did not help reach the optimum.
+        boundary_score: how a boundary proposal ranks those candidates: ``"uncertainty"``
+            (default: P(ok) nearest 0.5 first, weighted by the expected improvement, to learn
+            where the boundary runs) or ``"acquisition"`` (the usual expected improvement times
+            P(ok), only among them: fast kernels often sit one step from a resource limit, the
+            largest tile that still fits).
         diversity_weight: penalty weight for proximity to evaluated configurations (off by
             default, measured like ``boundary_share``; pending ones are always penalised).
         pending_weight: penalty weight for proximity to pending (RUNNING/WAITING) ones.
@@ -320,6 +326,7 @@ class SurrogateSampler(BaseSampler):
         gate_threshold: float = 0.1,
         gate_epsilon: float = 0.05,
         boundary_share: float = 0.0,
+        boundary_score: str = "uncertainty",
         diversity_weight: float = 0.0,
         pending_weight: float = 0.5,
         length_scale: float = 0.15,
@@ -377,6 +384,11 @@ class SurrogateSampler(BaseSampler):
         self.gate_threshold = gate_threshold
         self.gate_epsilon = gate_epsilon
         self.boundary_share = boundary_share
+        if boundary_score not in _BOUNDARY_SCORES:
+            raise ValueError(
+                f"boundary_score must be one of {_BOUNDARY_SCORES}; got {boundary_score!r}"
+            )
+        self.boundary_score = boundary_score
         self.diversity_weight = diversity_weight
         self.pending_weight = pending_weight
         self.use_classifier = use_classifier
@@ -1280,11 +1292,11 @@ class SurrogateSampler(BaseSampler):
             allowed = feasibility_gate(p_ok, self.gate_threshold, rng, epsilon=self.gate_epsilon)
             if not allowed.any():
                 allowed[:] = True
-        if boundary is not None and (boundary & allowed).any():
-            scores = boundary_scores(p_ok, promise) - penalty
-            scores[~(boundary & allowed)] = -np.inf
-            return int(np.argmax(scores))
         scores = acquisition_scores(ei, p_ok, penalty, weight=1.0)
+        if boundary is not None and (boundary & allowed).any():
+            if self.boundary_score == "uncertainty":
+                scores = boundary_scores(p_ok, promise) - penalty
+            allowed = boundary & allowed
         scores[~allowed] = -np.inf
         return int(np.argmax(scores))
 

@@ -523,3 +523,35 @@ def test_marginal_share_proposes_the_values_the_good_trials_share() -> None:
     for seed in range(5):
         row = sampler._marginal_choice(table, fit, obs, rows, np.random.default_rng(seed))
         assert row is not None and row in rows and row != target
+
+
+def test_boundary_score_ranks_the_candidates_next_to_a_failure() -> None:
+    """A boundary proposal chooses only among the candidates one step from a failure:
+    ``"uncertainty"`` the one whose P(ok) is nearest 0.5, ``"acquisition"`` the one of best
+    expected improvement times P(ok); the best candidate off the boundary is never taken."""
+    from types import SimpleNamespace
+
+    n = 6
+    mean = np.array([0.0, 1.0, 2.0, 3.0, 4.0, 5.0])  # candidate 0 predicted best, off the boundary
+    std = np.full(n, 0.5)
+    p_ok = np.array([1.0, 0.9, 0.5, 0.95, 1.0, 1.0])
+    boundary = np.array([False, True, True, True, False, False])
+    fit = SimpleNamespace(
+        best_of=lambda obs: 2.5, feas=SimpleNamespace(informative=True), gate=False
+    )
+    picks = {}
+    for score in ("uncertainty", "acquisition"):
+        sampler = SurrogateSampler(seed=0, explore_share=0.0, gate_epsilon=0.0,
+                                   boundary_score=score)  # fmt: skip
+        picks[score] = sampler._choose(
+            fit, None, mean, std, p_ok, np.full(n, np.inf), np.full(n, np.inf),  # type: ignore[arg-type]
+            boundary, np.random.default_rng(0),
+        )  # fmt: skip
+        no_boundary = sampler._choose(
+            fit, None, mean, std, p_ok, np.full(n, np.inf), np.full(n, np.inf),  # type: ignore[arg-type]
+            None, np.random.default_rng(0),
+        )  # fmt: skip
+        assert no_boundary == 0
+    assert picks == {"uncertainty": 2, "acquisition": 1}
+    with pytest.raises(ValueError, match="boundary_score"):
+        SurrogateSampler(boundary_score="edge")
