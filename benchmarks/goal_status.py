@@ -1,7 +1,7 @@
 """Issue 3's goal, dataset by dataset, from kept runs: ours against the best peer, with intervals.
 
     python3 benchmarks/goal_status.py RUNS.jsonl[.gz]... --datasets FILE... --ours LABEL \
-        [--peers "random,tpe,tpe-multivariate,kt:*"] [--seeds 0-19] [--issue-best NAME=EVALS...]
+        [--peers "random,tpe,tpe-multivariate,optuna-gp,kt:*"] [--seeds 0-19] [--issue-best NAME=EVALS...]
 
 The goal (median evaluations to 98 % of the optimum at most half the best peer's, at most 10
 where the best peer needs 20 or fewer; a methodology score above every peer's) compares two
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("runs", nargs="+", type=Path)
     parser.add_argument("--datasets", nargs="+", required=True)
     parser.add_argument("--ours", required=True)
-    parser.add_argument("--peers", default="random,tpe,tpe-multivariate,kt:*")
+    parser.add_argument("--peers", default="random,tpe,tpe-multivariate,optuna-gp,kt:*")
     parser.add_argument("--seeds", default="0-19")
     parser.add_argument("--issue-best", nargs="*", default=[], metavar="NAME=EVALS")
     args = parser.parse_args(argv)
