@@ -1,7 +1,8 @@
 """Issue 3's goal, dataset by dataset, from kept runs: ours against the best peer, with intervals.
 
     python3 benchmarks/goal_status.py RUNS.jsonl[.gz]... --datasets FILE... --ours LABEL \
-        [--peers "random,tpe,tpe-multivariate,optuna-gp,kt:*"] [--seeds 0-19] [--issue-best NAME=EVALS...]
+        [--peers "random,tpe,tpe-multivariate,optuna-gp,kt:*"] [--seeds 0-19] \
+        [--issue-best NAME=EVALS...]
 
 The goal (median evaluations to 98 % of the optimum at most half the best peer's, at most 10
 where the best peer needs 20 or fewer; a methodology score above every peer's) compares two

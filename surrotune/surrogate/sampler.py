@@ -192,8 +192,11 @@ class SurrogateSampler(BaseSampler):
         gate_threshold: candidates with P(ok) below it are not proposed ...
         gate_epsilon: ... except with this probability per proposal (the gate is skipped).
         boundary_share: probability per proposal of choosing among candidates one step from a
-            known failure, where P(ok) is most uncertain (needs a SearchSpace). Off by default:
-            on convolution_milo/A100 and gemm_h200 (5 seeds) it did not help reach the optimum.
+            known failure, ranked by ``boundary_score`` (needs a SearchSpace). Off by default:
+            on convolution_milo/A100 and gemm_h200 (5 seeds) it did not help reach the optimum,
+            nor, at 0.2 with either score, on transpose, reduction and convolution_h200 (20
+            seeds, docs/BENCHMARKS.md), whose near-optimal configurations sit at a failure
+            boundary.
         boundary_score: how a boundary proposal ranks those candidates: ``"uncertainty"``
             (default: P(ok) nearest 0.5 first, weighted by the expected improvement, to learn
             where the boundary runs) or ``"acquisition"`` (the usual expected improvement times
