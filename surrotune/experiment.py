@@ -44,7 +44,11 @@ __all__ = [
     "parse_duration",
 ]
 
-SAMPLERS = ("random", "tpe", "tpe-multivariate", "gp", "brute-force", "surrogate")
+#: the same names as ``surrotune.sampling.SAMPLER_NAMES`` (not imported: loading an experiment
+#: needs no Optuna; tests/test_sampling.py checks that the two agree)
+SAMPLERS = (
+    "random", "tpe", "tpe-multivariate", "tpe-independent", "gp", "brute-force", "surrogate",
+)
 BACKENDS = ("cuda", "replay")
 FILLS = ("random", "randint", "ones", "zeros", "output")
 METRICS = {"time": "minimize", "GFLOP/s": "maximize", "GB/s": "maximize"}

@@ -32,7 +32,9 @@ __all__ = [
     "make_sampler",
 ]
 
-SAMPLER_NAMES = ("random", "tpe", "tpe-multivariate", "gp", "brute-force", "surrogate")
+SAMPLER_NAMES = (
+    "random", "tpe", "tpe-multivariate", "tpe-independent", "gp", "brute-force", "surrogate",
+)
 
 #: parts of the surrogate sampler that ``surrotune bench --ablate`` can switch off
 ABLATIONS = ("classifier", "diversity", "features")
@@ -204,6 +206,8 @@ def make_sampler(
         return optuna.samplers.TPESampler(seed=seed)
     if name == "tpe-multivariate":  # joint densities over the parameters that occur together
         return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True)
+    if name == "tpe-independent":  # one density per parameter: TPE as the 2011 paper has it
+        return optuna.samplers.TPESampler(seed=seed, multivariate=False)
     if name == "gp":
         try:
             import torch  # noqa: F401

@@ -91,8 +91,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--samplers", default=_DEFAULT_SAMPLERS,
-        help="comma-separated: random, tpe, tpe-multivariate, gp, surrogate, brute-force, "
-        "kt:<strategy> "
+        help="comma-separated: random, tpe, tpe-multivariate, tpe-independent, gp, surrogate, "
+        "brute-force, kt:<strategy> "
         "(e.g. kt:genetic_algorithm; kt:all for the eight compared in issue 3); "
         "default %(default)s",
     )  # fmt: skip
