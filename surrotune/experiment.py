@@ -44,8 +44,8 @@ __all__ = [
     "parse_duration",
 ]
 
-#: the same names as ``surrotune.sampling.SAMPLER_NAMES`` (not imported: loading an experiment
-#: needs no Optuna; tests/test_sampling.py checks that the two agree)
+#: the samplers an experiment may name; ``surrotune.sampling.SAMPLER_NAMES`` is this tuple (it
+#: lives here because loading an experiment needs no Optuna)
 SAMPLERS = (
     "random", "tpe", "tpe-multivariate", "tpe-independent", "gp", "brute-force", "surrogate",
 )

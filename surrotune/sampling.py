@@ -20,6 +20,7 @@ from optuna.samplers import BaseSampler
 from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
+from surrotune.experiment import SAMPLERS
 from surrotune.result import ParamValue
 
 __all__ = [
@@ -32,9 +33,8 @@ __all__ = [
     "make_sampler",
 ]
 
-SAMPLER_NAMES = (
-    "random", "tpe", "tpe-multivariate", "tpe-independent", "gp", "brute-force", "surrogate",
-)
+#: every name :func:`make_sampler` knows: the experiment file's list, so the two cannot part
+SAMPLER_NAMES = SAMPLERS
 
 #: parts of the surrogate sampler that ``surrotune bench --ablate`` can switch off
 ABLATIONS = ("classifier", "diversity", "features")

@@ -110,6 +110,14 @@ def test_valid_experiment_parses(tmp_path: Path) -> None:
     assert exp.storage.study == "scale"
 
 
+def test_every_sampler_name_loads_from_an_experiment_file(tmp_path: Path) -> None:
+    from surrotune.sampling import SAMPLER_NAMES
+
+    for name in SAMPLER_NAMES:
+        path = _write(tmp_path, _edit(VALID, 'sampler = "tpe"', f'sampler = "{name}"'))
+        assert load_experiment(path).search.sampler == name
+
+
 def test_overrides_replace_settings(tmp_path: Path) -> None:
     exp = load_experiment(_write(tmp_path)).with_overrides(trials=7, sampler="random", study="x")
     assert (exp.search.trials, exp.search.sampler, exp.storage.study) == (7, "random", "x")

@@ -247,12 +247,6 @@ def test_make_sampler_knows_every_advertised_name(space: SearchSpace) -> None:
         assert isinstance(make_sampler(name, space, seed=1), optuna.samplers.BaseSampler)
 
 
-def test_experiment_files_accept_every_sampler_name() -> None:
-    from surrotune.experiment import SAMPLERS
-
-    assert SAMPLERS == SAMPLER_NAMES
-
-
 def test_tpe_independent_models_each_parameter_alone(space: SearchSpace) -> None:
     """The issue's "TPE" peer as the 2011 paper has it: one density per parameter, whereas
     Optuna 5's default TPESampler (``tpe``) is multivariate."""
