@@ -68,6 +68,7 @@ from surrotune.surrogate.counter_model import (
 from surrotune.surrogate.diversity import (
     MAXIMIN_POOL,
     greedy_maximin,
+    greedy_maxpro,
     min_distances,
     proximity,
 )
@@ -101,6 +102,7 @@ __all__ = ["SurrogateSampler"]
 #: statuses that say nothing about the kernel (never compiled): not learned
 _NOT_LEARNED = {Status.CONSTRAINT.value}
 _ACQUISITIONS = ("ei", "ei-members", "ei-kde")
+_DESIGNS = {"maximin": greedy_maximin, "maxpro": greedy_maxpro}
 _BOUNDARY_SCORES = ("uncertainty", "acquisition")
 _OBJECTIVE_SCALES = ("log", "copula", "power")
 _UNCERTAINTIES = ("ensemble", "gp", "gp-spread")
@@ -159,6 +161,10 @@ class SurrogateSampler(BaseSampler):
             many random candidates: the default (``MAXIMIN_POOL``, 2,048: the whole of most
             spaces) spreads the design to the space's corners; 1 makes it a random design; in
             between, a compromise. Under measurement (docs/BENCHMARKS.md).
+        design_criterion: how the space-filling design spreads: ``"maximin"`` (each proposal
+            the farthest from those before) or ``"maxpro"`` (the maximum projection criterion:
+            even coverage of every parameter's values, interior ones included;
+            :func:`~surrotune.surrogate.diversity.greedy_maxpro`).
         derive: optional ``frame -> DataFrame`` of extra numeric features per configuration.
         pairwise: add log2 products and ratios of positive numeric parameters as features.
         n_models: performance ensemble size (the uncertainty of expected improvement).
@@ -318,6 +324,7 @@ class SurrogateSampler(BaseSampler):
         seed: int | None = None,
         n_startup_trials: int = 10,
         design_pool: int = MAXIMIN_POOL,
+        design_criterion: str = "maximin",
         derive: DeriveFn | None = None,
         pairwise: bool = True,
         n_models: int = 5,
@@ -374,6 +381,11 @@ class SurrogateSampler(BaseSampler):
         if design_pool < 1:
             raise ValueError(f"design_pool must be at least 1; got {design_pool}")
         self.design_pool = design_pool
+        if design_criterion not in _DESIGNS:
+            raise ValueError(
+                f"design_criterion must be one of {tuple(_DESIGNS)}; got {design_criterion!r}"
+            )
+        self.design_criterion = design_criterion
         self.derive = derive
         self.pairwise = pairwise
         self.n_models = n_models
@@ -518,7 +530,7 @@ class SurrogateSampler(BaseSampler):
             pick = greedy_maximin(table.encoded[rows], 1, rng, existing=obs.tried(table.dim))
             return table.config(int(rows[pick[0]]))
         if self._warm is None and (obs.n < self.n_startup_trials or obs.n_ok < 2):
-            pick = greedy_maximin(
+            pick = _DESIGNS[self.design_criterion](
                 table.encoded[rows], 1, rng, existing=obs.tried(table.dim), pool=self.design_pool
             )
             return table.config(int(rows[pick[0]]))
@@ -1107,7 +1119,9 @@ class SurrogateSampler(BaseSampler):
         pend_enc = encoder.encode(pending_configs)[0] if pending_configs else cand_enc[:0]
         if obs.n < self.n_startup_trials or obs.n_ok < 2:
             existing = np.concatenate([obs_enc, pend_enc])
-            pick = greedy_maximin(cand_enc, 1, rng, existing=existing, pool=self.design_pool)
+            pick = _DESIGNS[self.design_criterion](
+                cand_enc, 1, rng, existing=existing, pool=self.design_pool
+            )
             return candidates[int(pick[0])]
         obs_feat = self._plain_features(obs_enc, obs_raw, pair_cols, align_cols, obs_configs)
         obs.features = list(obs_feat)

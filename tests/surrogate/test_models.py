@@ -18,6 +18,7 @@ from surrotune.surrogate.acquisition import (
 )
 from surrotune.surrogate.diversity import (
     greedy_maximin,
+    greedy_maxpro,
     min_distances,
     proximity,
 )
@@ -288,6 +289,34 @@ def test_greedy_maximin_spreads_out_and_is_seeded() -> None:
     assert len(set(picks.tolist())) == 4 and min(gaps) >= 0.5
     again = greedy_maximin(grid, 4, np.random.default_rng(0), existing=np.array([[0.0, 0.0]]))
     np.testing.assert_array_equal(picks, again)
+
+
+def test_greedy_maxpro_covers_every_parameters_values_where_maximin_takes_corners() -> None:
+    """Five picks on a 5 x 5 x 5 x 5 grid: MaxPro's projections onto each parameter hit at
+    least four of its five values (a Latin-hypercube-like spread), maximin's mostly the two
+    ends; both are seeded and never pick an existing row again."""
+    levels = np.linspace(0.0, 1.0, 5)
+    grid = np.stack(np.meshgrid(*[levels] * 4, indexing="ij"), axis=-1).reshape(-1, 4)
+    existing = grid[[0]]
+    maxpro = greedy_maxpro(grid, 5, np.random.default_rng(3), existing=existing)
+    maximin = greedy_maximin(grid, 5, np.random.default_rng(3), existing=existing)
+    design = np.vstack([existing, grid[maxpro]])
+    assert all(len(set(design[:, col])) >= 4 for col in range(4))
+    ends = np.isin(grid[maximin], [0.0, 1.0]).mean()
+    interior = np.isin(grid[maxpro], [0.25, 0.5, 0.75]).mean()
+    assert ends > 0.8 and interior > 0.4
+    assert 0 not in maxpro.tolist() and len(set(maxpro.tolist())) == 5
+    np.testing.assert_array_equal(
+        maxpro, greedy_maxpro(grid, 5, np.random.default_rng(3), existing=existing)
+    )
+
+
+def test_greedy_maxpro_ignores_a_constant_column_and_starts_at_random() -> None:
+    points = np.column_stack([np.linspace(0, 1, 9), np.zeros(9)])
+    first = {int(greedy_maxpro(points, 1, np.random.default_rng(s))[0]) for s in range(8)}
+    assert len(first) > 1  # nothing chosen yet: a random row
+    picks = greedy_maxpro(points, 3, np.random.default_rng(0), existing=points[[4]])
+    assert {0.0, 1.0} <= set(points[picks, 0].tolist()) and 4 not in picks.tolist()
 
 
 def test_alignment_features_say_which_power_of_two_divides_each_value() -> None:

@@ -473,6 +473,31 @@ def test_design_pool_trades_the_corners_for_a_random_design() -> None:
         SurrogateSampler(space=space, design_pool=0)
 
 
+def test_maxpro_design_covers_interior_values_in_a_study() -> None:
+    """``design_criterion="maxpro"`` in a study: the eight design proposals are seeded, never
+    repeated, and spread over interior values where maximin's sit at the corners."""
+    space = SearchSpace({"a": list(range(1, 65)), "b": list(range(1, 65))})
+
+    def design(criterion: str, seed: int) -> list[tuple]:
+        sampler = SurrogateSampler(
+            space=space, seed=seed, n_startup_trials=8, design_criterion=criterion
+        )
+        study = optuna.create_study(sampler=sampler)
+        keys = []
+        for _ in range(8):
+            trial = study.ask(distributions(space))
+            keys.append(tuple(sorted(trial.params.items())))
+            study.tell(trial, 1.0)
+        return keys
+
+    maxpro = design("maxpro", 0)
+    assert maxpro == design("maxpro", 0) and len(set(maxpro)) == 8
+    distinct_a = {dict(k)["a"] for k in maxpro}
+    assert len(distinct_a) == 8 and len(distinct_a - {1, 64}) >= 5
+    with pytest.raises(ValueError, match="design_criterion"):
+        SurrogateSampler(space=space, design_criterion="sobol")
+
+
 def test_refit_every_below_refits_after_each_new_observation_up_to_its_limit() -> None:
     from surrotune.surrogate.sampler import _Fit, _Observed
 
