@@ -346,3 +346,43 @@ def test_goal_status_compares_ours_with_the_best_peer(
     assert cells[2] == "brute-force"
     assert cells[4] == f"≤ {goal.goal_bound(float(np.median(peer))):g}"
     assert cells[5].startswith("met" if median <= goal.goal_bound(np.median(peer)) else "missed")
+
+
+def _benchmark_module(name: str) -> ModuleType:
+    """A script under benchmarks/ loaded as a module."""
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_model_quality_metrics_by_hand(tiny: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """benchmarks/model_quality.py on the 32-configuration cache: the fractions of the optimum
+    are the recording's (1 at bx=64, by=4, u=1; 0 where a configuration failed); with all but
+    five configurations in training the top 5 is those five, so ``top5`` is their best
+    fraction; scores are seeded; the table has a row per variant."""
+    quality = _benchmark_module("model_quality")
+    table = quality.recording_table(tiny)
+    times = {(r.config["bx"], r.config["by"], r.config["u"]): r.objective
+             for r in load_dataset(tiny).results.values() if r.ok}  # fmt: skip
+    assert len(table["values"]) == 32 and table["fraction"].max() == 1.0
+    assert (table["fraction"] == 0).sum() == 32 - len(times)
+    assert sorted(np.round(table["fraction"][table["fraction"] > 0], 9)) == sorted(
+        np.round(1.0 / np.array(list(times.values())), 9)
+    )
+    top5, top20, rho = quality.score_once(table, 27, 0, {"n_models": 3})
+    rng = np.random.default_rng(27_000)
+    unseen = np.setdiff1d(np.arange(32), rng.choice(32, size=27, replace=False))
+    assert top5 == table["fraction"][unseen].max()
+    assert top20 == pytest.approx(table["fraction"][unseen].mean())
+    assert -1.0 <= rho <= 1.0
+    assert quality.score_once(table, 12, 1, {"gp": False}) == quality.score_once(
+        table, 12, 1, {"gp": False}
+    )
+    args = ["--datasets", str(tiny), "--variant", "default", "--variant", "nogp:gp=False",
+            "--sizes", "12", "--reps", "2"]  # fmt: skip
+    assert quality.main(args) == 0
+    rows = capsys.readouterr().out.splitlines()[2:]
+    assert [row.split("|")[2].strip() for row in rows] == ["default", "nogp"]
