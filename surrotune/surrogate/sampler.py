@@ -164,7 +164,8 @@ class SurrogateSampler(BaseSampler):
         design_criterion: how the space-filling design spreads: ``"maximin"`` (each proposal
             the farthest from those before) or ``"maxpro"`` (the maximum projection criterion:
             even coverage of every parameter's values, interior ones included;
-            :func:`~surrotune.surrogate.diversity.greedy_maxpro`).
+            :func:`~surrotune.surrogate.diversity.greedy_maxpro`). A warm start's space-filling
+            proposals and its spread over a flat source's near-best set use it too.
         derive: optional ``frame -> DataFrame`` of extra numeric features per configuration.
         pairwise: add log2 products and ratios of positive numeric parameters as features.
         n_models: performance ensemble size (the uncertainty of expected improvement).
@@ -527,7 +528,8 @@ class SurrogateSampler(BaseSampler):
             choice = self._warm_design(table, obs, rows, rng, _direction_of(study))
             return table.config(int(rows[choice]))
         if phase == "fill":  # nothing stood out: look where the sources claim nothing
-            pick = greedy_maximin(table.encoded[rows], 1, rng, existing=obs.tried(table.dim))
+            design = _DESIGNS[self.design_criterion]
+            pick = design(table.encoded[rows], 1, rng, existing=obs.tried(table.dim))
             return table.config(int(rows[pick[0]]))
         if self._warm is None and (obs.n < self.n_startup_trials or obs.n_ok < 2):
             pick = _DESIGNS[self.design_criterion](
@@ -954,13 +956,15 @@ class SurrogateSampler(BaseSampler):
             ])  # fmt: skip
             if len(existing):
                 existing = existing[min_distances(existing, table.encoded[picks]) > 0]
-            choice = int(greedy_maximin(table.encoded[rows], 1, rng, existing=existing)[0])
+            design = _DESIGNS[self.design_criterion]
+            choice = int(design(table.encoded[rows], 1, rng, existing=existing)[0])
             self._fill_picks.add(int(table.keys[rows[choice]]))
             return choice
         flat = self._warm.indifferent(sources[which], rows) if len(existing) else None
         if flat is not None:  # the source cannot rank these: spread over them
             self._flat_sources.setdefault(sources[which].bundle.label, len(flat))
-            pick = greedy_maximin(table.encoded[rows[flat]], 1, rng, existing=existing)
+            design = _DESIGNS[self.design_criterion]
+            pick = design(table.encoded[rows[flat]], 1, rng, existing=existing)
             choice = int(flat[pick[0]])
             self._source_picks.add(int(table.keys[rows[choice]]))
             return choice
