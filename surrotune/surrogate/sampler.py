@@ -222,6 +222,9 @@ class SurrogateSampler(BaseSampler):
             believes in but has never measured (on convolution W6600 the best basin is 16 %
             faster than the second and far from it). See docs/BENCHMARKS.md.
         explore_top: see ``explore_share``.
+        explore_after_stall: 0 (default) draws ``explore_share`` on every proposal; k > 0 only
+            once the best value has not improved for k evaluations (failures count): a search
+            that keeps improving keeps exploiting, one that has settled in a basin looks away.
         thompson_share: the share of proposals chosen by Thompson sampling (Thompson 1933;
             Russo et al. 2018) instead of expected improvement: one of the ensemble's members
             plus one joint draw of the residual GP's error over the ``thompson_pool``
@@ -349,6 +352,7 @@ class SurrogateSampler(BaseSampler):
         local_elites: int = 3,
         explore_share: float = 0.2,
         explore_top: float = 0.1,
+        explore_after_stall: int = 0,
         thompson_share: float = 0.0,
         thompson_pool: int = 1024,
         warm_start: Sequence[ModelBundle | str | Path] | WarmStart | None = None,
@@ -411,6 +415,9 @@ class SurrogateSampler(BaseSampler):
         self.local_share = local_share
         self.local_elites = local_elites
         self.explore_share = explore_share
+        if explore_after_stall < 0:
+            raise ValueError(f"explore_after_stall must be 0 or more; got {explore_after_stall}")
+        self.explore_after_stall = explore_after_stall
         self.explore_top = explore_top
         if not 0.0 <= thompson_share <= 1.0:
             raise ValueError(f"thompson_share must be in [0, 1]; got {thompson_share}")
@@ -1288,6 +1295,8 @@ class SurrogateSampler(BaseSampler):
             explore = (
                 self.explore_share > 0 and len(mean) > 10 and rng.random() < self.explore_share
             )
+            if explore and self.explore_after_stall > 0:
+                explore = _since_improvement(obs.values, fit.direction) >= self.explore_after_stall
         if explore:
             believed = mean <= np.quantile(mean, self.explore_top)
             believed &= p_ok >= self.gate_threshold
@@ -1539,6 +1548,17 @@ def _device_of(study: Study, trials: Sequence[FrozenTrial]) -> dict[str, Any] | 
     if not limits and not device:
         return None
     return describe_device(device, limits)
+
+
+def _since_improvement(values: Sequence[float | None], direction: str) -> int:
+    """Evaluations (failures included) after the one that set the best value so far; all of
+    them where none is ok yet."""
+    sign = -1.0 if direction == "maximize" else 1.0
+    best, at = math.inf, -1
+    for i, value in enumerate(values):
+        if value is not None and sign * value < best:
+            best, at = sign * value, i
+    return len(values) - 1 - at
 
 
 def _best_transformed(values: Sequence[float | None], direction: str) -> float:

@@ -580,3 +580,32 @@ def test_boundary_score_ranks_the_candidates_next_to_a_failure() -> None:
     assert picks == {"uncertainty": 2, "acquisition": 1}
     with pytest.raises(ValueError, match="boundary_score"):
         SurrogateSampler(boundary_score="edge")
+
+
+def test_explore_after_stall_explores_only_once_the_best_stops_improving() -> None:
+    """``explore_after_stall`` k: the exploration share is drawn as before but taken only after
+    k evaluations without a new best. A search that never stalls within its budget then runs
+    exactly as one that never explores; without the condition, a share of 1 changes it."""
+    from surrotune.surrogate.sampler import _since_improvement
+
+    assert _since_improvement([3.0, 2.0, None, 2.5], "minimize") == 2
+    assert _since_improvement([1.0, 2.0, 3.0], "maximize") == 0
+    assert _since_improvement([None, None], "minimize") == 2
+    space = SearchSpace({"a": list(range(1, 17)), "b": list(range(1, 17))})
+
+    def run(**options: Any) -> list[tuple]:
+        sampler = SurrogateSampler(space=space, seed=4, n_startup_trials=5, **options)
+        study = optuna.create_study(sampler=sampler)
+        keys = []
+        for _ in range(16):
+            trial = study.ask(distributions(space))
+            params = trial.params
+            keys.append((params["a"], params["b"]))
+            study.tell(trial, (params["a"] - 11) ** 2 + (params["b"] - 5) ** 2 + 1.0)
+        return keys
+
+    never = run(explore_share=1e-12)
+    assert run(explore_share=1.0, explore_after_stall=100) == never
+    assert run(explore_share=1.0) != never
+    with pytest.raises(ValueError, match="explore_after_stall"):
+        SurrogateSampler(space=space, explore_after_stall=-1)
