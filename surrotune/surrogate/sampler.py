@@ -222,6 +222,12 @@ class SurrogateSampler(BaseSampler):
             believes in but has never measured (on convolution W6600 the best basin is 16 %
             faster than the second and far from it). See docs/BENCHMARKS.md.
         explore_top: see ``explore_share``.
+        design_on_stall: 0 (default) ends the space-filling design after ``n_startup_trials``;
+            k > 0 adds one greedy-maximin point over the whole space (corners included, whatever
+            ``design_pool``) each time the best value has gone k evaluations without improving,
+            at most ``design_on_stall_max`` of them: a design whose length follows the search's
+            progress, short where the models find the top at once, longer where they settle.
+        design_on_stall_max: see ``design_on_stall``.
         explore_after_stall: 0 (default) draws ``explore_share`` on every proposal; k > 0 only
             once the best value has not improved for k evaluations (failures count): a search
             that keeps improving keeps exploiting, one that has settled in a basin looks away.
@@ -353,6 +359,8 @@ class SurrogateSampler(BaseSampler):
         explore_share: float = 0.2,
         explore_top: float = 0.1,
         explore_after_stall: int = 0,
+        design_on_stall: int = 0,
+        design_on_stall_max: int = 5,
         thompson_share: float = 0.0,
         thompson_pool: int = 1024,
         warm_start: Sequence[ModelBundle | str | Path] | WarmStart | None = None,
@@ -418,6 +426,14 @@ class SurrogateSampler(BaseSampler):
         if explore_after_stall < 0:
             raise ValueError(f"explore_after_stall must be 0 or more; got {explore_after_stall}")
         self.explore_after_stall = explore_after_stall
+        if design_on_stall < 0 or design_on_stall_max < 0:
+            raise ValueError(
+                "design_on_stall and design_on_stall_max must be 0 or more; got "
+                f"{design_on_stall} and {design_on_stall_max}"
+            )
+        self.design_on_stall = design_on_stall
+        self.design_on_stall_max = design_on_stall_max
+        self._stall_designs: set[int] = set()  # trial numbers proposed by design_on_stall
         self.explore_top = explore_top
         if not 0.0 <= thompson_share <= 1.0:
             raise ValueError(f"thompson_share must be in [0, 1]; got {thompson_share}")
@@ -543,6 +559,9 @@ class SurrogateSampler(BaseSampler):
                 table.encoded[rows], 1, rng, existing=obs.tried(table.dim), pool=self.design_pool
             )
             return table.config(int(rows[pick[0]]))
+        if self._warm is None and self._stalled_design_due(obs, _direction_of(study), trial):
+            pick = greedy_maximin(table.encoded[rows], 1, rng, existing=obs.tried(table.dim))
+            return table.config(int(rows[pick[0]]))
         if self._warm is not None:
             fit = self._refit_warm(study, obs, table)
         else:
@@ -612,6 +631,23 @@ class SurrogateSampler(BaseSampler):
         )
         _record_prediction(study, trial, obs, fit, float(fit.cand_mean[rows][choice]))
         return table.config(int(rows[choice]))
+
+    def _stalled_design_due(self, obs: _Observed, direction: str, trial: FrozenTrial) -> bool:
+        """Whether this proposal is one of ``design_on_stall``'s space-filling points: the
+        best has gone a multiple of k evaluations without improving, and fewer than
+        ``design_on_stall_max`` were made (one per trial number, so a retried ask repeats it)."""
+        k = self.design_on_stall
+        if k <= 0 or obs.pending:
+            return False
+        if trial.number in self._stall_designs:
+            return True
+        if len(self._stall_designs) >= self.design_on_stall_max:
+            return False
+        stall = _since_improvement(obs.values, direction)
+        if stall < k or stall % k:
+            return False
+        self._stall_designs.add(trial.number)
+        return True
 
     def _thompson_choice(
         self,

@@ -609,3 +609,25 @@ def test_explore_after_stall_explores_only_once_the_best_stops_improving() -> No
     assert run(explore_share=1.0) != never
     with pytest.raises(ValueError, match="explore_after_stall"):
         SurrogateSampler(space=space, explore_after_stall=-1)
+
+
+def test_design_on_stall_adds_space_filling_points_while_the_best_stands_still() -> None:
+    """``design_on_stall`` k: with a best that never improves after the first trial, a
+    greedy-maximin point comes at every k-th evaluation without improvement (trials 4 and 7
+    for k = 3), up to ``design_on_stall_max``; a search that improves gets none."""
+    space = SearchSpace({"a": list(range(1, 65)), "b": list(range(1, 65))})
+
+    def run(objective: Any, **options: Any) -> SurrogateSampler:
+        sampler = SurrogateSampler(space=space, seed=1, n_startup_trials=2, **options)
+        study = optuna.create_study(sampler=sampler)
+        for _ in range(12):
+            trial = study.ask(distributions(space))
+            study.tell(trial, objective(trial.number))
+        return sampler
+
+    flat = run(lambda number: 1.0, design_on_stall=3, design_on_stall_max=2)
+    assert flat._stall_designs == {4, 7}
+    assert run(lambda number: 100.0 - number, design_on_stall=3)._stall_designs == set()
+    assert run(lambda number: 1.0)._stall_designs == set()
+    with pytest.raises(ValueError, match="design_on_stall"):
+        SurrogateSampler(space=space, design_on_stall=-1)
