@@ -227,6 +227,7 @@ class SurrogateSampler(BaseSampler):
             ``design_pool``) each time the best value has gone k evaluations without improving,
             at most ``design_on_stall_max`` of them: a design whose length follows the search's
             progress, short where the models find the top at once, longer where they settle.
+            Cold starts over a SearchSpace only, and only while no trial is pending.
         design_on_stall_max: see ``design_on_stall``.
         explore_after_stall: 0 (default) draws ``explore_share`` on every proposal; k > 0 only
             once the best value has not improved for k evaluations (failures count): a search
