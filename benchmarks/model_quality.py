@@ -36,8 +36,9 @@ from surrotune.surrogate.residual import ResidualGP, out_of_bag_residuals
 
 
 def recording_table(path: str) -> dict[str, np.ndarray | str]:
-    """Features, encodings, values and fractions of the optimum of every feasible recorded
-    configuration, built the way the sampler builds its candidate table."""
+    """The recording's name, and the features, encodings, values and fractions of the optimum
+    of every feasible recorded configuration, built the way the sampler builds its candidate
+    table."""
     dataset, space, _, summary = prepare_dataset(path)
     sampler = with_launch_shape(_make(SamplerSpec("surrogate", "s"), space, seed=0), dataset)
     table = sampler._table_for(space)
@@ -51,8 +52,9 @@ def recording_table(path: str) -> dict[str, np.ndarray | str]:
     optimum = summary.optimum
     fraction = optimum / values if dataset.direction == "minimize" else values / optimum
     return {
-        "X": table.features[rows], "encoded": table.encoded[rows], "values": values,
-        "fraction": np.nan_to_num(fraction, nan=0.0), "direction": dataset.direction,
+        "name": summary.name, "X": table.features[rows], "encoded": table.encoded[rows],
+        "values": values, "fraction": np.nan_to_num(fraction, nan=0.0),
+        "direction": dataset.direction,
     }  # fmt: skip
 
 
@@ -99,14 +101,13 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|" + "---:|" * len(sizes))
     for path in args.datasets:
         table = recording_table(path)
-        name = prepare_dataset(path)[3].name
         for label, options in variants:
             cells = []
             for n in sizes:
                 scores = [score_once(table, n, rep, dict(options)) for rep in range(args.reps)]
                 kept = np.array([s for s in scores if s is not None])
                 cells.append(", ".join(f"{v:.3f}" for v in kept.mean(axis=0)))
-            print(f"| {name} | {label} | " + " | ".join(cells) + " |", flush=True)
+            print(f"| {table['name']} | {label} | " + " | ".join(cells) + " |", flush=True)
     return 0
 
 

@@ -288,18 +288,24 @@ def test_a_resumed_benchmark_killed_at_once_keeps_every_kept_record(tmp_path: Pa
     assert [p.name for p in out.iterdir()] == ["runs.jsonl"]  # no staging file left behind
 
 
-def _goal_status() -> ModuleType:
-    """benchmarks/goal_status.py (it imports compare_runs from its own folder)."""
+def _benchmark_module(name: str) -> ModuleType:
+    """A script under benchmarks/ loaded as a module, with its own folder importable while it
+    loads (goal_status.py imports compare_runs from there)."""
     folder = Path(__file__).resolve().parents[2] / "benchmarks"
     sys.path.insert(0, str(folder))
     try:
-        spec = importlib.util.spec_from_file_location("goal_status", folder / "goal_status.py")
+        spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
     finally:
         sys.path.remove(str(folder))
     return module
+
+
+def _goal_status() -> ModuleType:
+    """benchmarks/goal_status.py."""
+    return _benchmark_module("goal_status")
 
 
 def test_goal_bound_and_verdict_by_hand() -> None:
@@ -346,16 +352,6 @@ def test_goal_status_compares_ours_with_the_best_peer(
     assert cells[2] == "brute-force"
     assert cells[4] == f"≤ {goal.goal_bound(float(np.median(peer))):g}"
     assert cells[5].startswith("met" if median <= goal.goal_bound(np.median(peer)) else "missed")
-
-
-def _benchmark_module(name: str) -> ModuleType:
-    """A script under benchmarks/ loaded as a module."""
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_model_quality_metrics_by_hand(tiny: Path, capsys: pytest.CaptureFixture[str]) -> None:
