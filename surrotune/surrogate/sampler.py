@@ -213,7 +213,17 @@ class SurrogateSampler(BaseSampler):
             default, measured like ``boundary_share``; pending ones are always penalised).
         pending_weight: penalty weight for proximity to pending (RUNNING/WAITING) ones.
         local_share: the share of proposals restricted to configurations one parameter away
-            from the ``local_elites`` best measured ones.
+            (up to ``local_radius`` parameters away) from the ``local_elites`` best measured
+            ones.
+        local_radius: see ``local_share`` (1 by default: the elites' one-parameter neighbours).
+        subspace_share: the share of proposals restricted to the configurations that share
+            every parameter value the ``subspace_elites`` best measured configurations agree on
+            (off by default). Where a kernel's best configurations share a few settings (a
+            tile shape, a memory path) and differ in the rest, its optimum can stand alone
+            among them, slower configurations all around it, so that a smooth model ranks it
+            below its neighbours; this sweeps the elites' common subspace by expected
+            improvement instead of their one-parameter neighbours only.
+        subspace_elites: see ``subspace_share``.
         explore_share: the share of proposals that go to the candidate *farthest* from every
             evaluated (and pending) configuration among those the model ranks in its best
             ``explore_top`` fraction (and the gate lets through). An ensemble of trees is
@@ -357,6 +367,9 @@ class SurrogateSampler(BaseSampler):
         use_classifier: bool = True,
         local_share: float = 0.0,
         local_elites: int = 3,
+        local_radius: int = 1,
+        subspace_share: float = 0.0,
+        subspace_elites: int = 5,
         explore_share: float = 0.2,
         explore_top: float = 0.1,
         explore_after_stall: int = 0,
@@ -423,6 +436,15 @@ class SurrogateSampler(BaseSampler):
         self.use_classifier = use_classifier
         self.local_share = local_share
         self.local_elites = local_elites
+        if local_radius < 1:
+            raise ValueError(f"local_radius must be 1 or more; got {local_radius}")
+        self.local_radius = local_radius
+        if not 0.0 <= subspace_share <= 1.0:
+            raise ValueError(f"subspace_share must be in [0, 1]; got {subspace_share}")
+        if subspace_elites < 2:
+            raise ValueError(f"subspace_elites must be 2 or more; got {subspace_elites}")
+        self.subspace_share = subspace_share
+        self.subspace_elites = subspace_elites
         self.explore_share = explore_share
         if explore_after_stall < 0:
             raise ValueError(f"explore_after_stall must be 0 or more; got {explore_after_stall}")
@@ -561,7 +583,8 @@ class SurrogateSampler(BaseSampler):
             )
             return table.config(int(rows[pick[0]]))
         if self._warm is None and self._stalled_design_due(obs, _direction_of(study), trial):
-            pick = greedy_maximin(table.encoded[rows], 1, rng, existing=obs.tried(table.dim))
+            design = _DESIGNS[self.design_criterion]
+            pick = design(table.encoded[rows], 1, rng, existing=obs.tried(table.dim))
             return table.config(int(rows[pick[0]]))
         if self._warm is not None:
             fit = self._refit_warm(study, obs, table)
@@ -604,6 +627,11 @@ class SurrogateSampler(BaseSampler):
             if local.any():
                 rows = rows[local]
                 pending = pending[local]
+        elif self.subspace_share > 0 and rng.random() < self.subspace_share:
+            inside = self._subspace_mask(table, obs, rows, fit.direction)
+            if inside.any():
+                rows = rows[inside]
+                pending = pending[inside]
         if self.thompson_share > 0 and rng.random() < self.thompson_share:
             choice = self._thompson_choice(
                 fit, fit.cand_mean[rows], fit.cand_std[rows], fit.cand_ok[rows],
@@ -811,7 +839,24 @@ class SurrogateSampler(BaseSampler):
         elite_index = table.index_of_keys(elites)
         candidates = table.index[rows]
         differing = (candidates[:, None, :] != elite_index[None, :, :]).sum(axis=2)
-        return (differing == 1).any(axis=1)
+        return ((differing >= 1) & (differing <= self.local_radius)).any(axis=1)
+
+    def _subspace_mask(
+        self, table: _Table, obs: _Observed, rows: np.ndarray, direction: str
+    ) -> np.ndarray:
+        """Candidates that hold every parameter value the ``subspace_elites`` best measured
+        configurations agree on (``subspace_share``); all False where they agree on nothing
+        that varies, or fewer than that many have been measured."""
+        ok = obs.ok_keys_best_first(direction)
+        none = np.zeros(len(rows), dtype=bool)
+        if len(ok) < self.subspace_elites or not isinstance(ok[0], (int, np.integer)):
+            return none
+        elites = table.index_of_keys(np.array(ok[: self.subspace_elites], dtype=np.int64))
+        agreed = (elites == elites[0]).all(axis=0) & (np.asarray(table.lengths) > 1)
+        if not agreed.any():
+            return none
+        candidates = table.index[rows]
+        return (candidates[:, agreed] == elites[0, agreed]).all(axis=1)
 
     def _launch_target(self) -> LaunchShape | None:
         return self.launch_shape if self.launch_features else None

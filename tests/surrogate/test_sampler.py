@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import json
 from pathlib import Path
 from typing import Any
 
@@ -190,6 +192,90 @@ def test_local_share_walks_the_coordinates_of_the_best(tmp_path: Path) -> None:
         if untried:
             differing = sum(trials[i].params[n] != best[n] for n in space.names)
             assert differing == 1, (i, trials[i].params, best)
+
+
+def test_local_radius_two_reaches_the_two_parameter_neighbours(tmp_path: Path) -> None:
+    """With local_radius=2 the model-based proposals differ from the best in one or two
+    parameters, never none and never more (while such candidates remain)."""
+    dataset = load_dataset(write_kt_cache(tmp_path / "tiny.json"))
+    space = SearchSpace(dataset.parameters, [])
+    sampler = SurrogateSampler(
+        space=space, seed=3, n_startup_trials=4, local_share=1.0, local_elites=1,
+        local_radius=2, marginal_share=0.0,
+    )  # fmt: skip
+    study = optuna.create_study(direction="minimize", sampler=sampler)
+    Runner(study=study, space=space, backend=ReplayBackend(dataset), trials=12, batch_size=1).run()
+    trials = [t for t in study.get_trials() if t.params]
+    checked = 0
+    for i in range(4, len(trials)):
+        done = [t for t in trials[:i] if t.value is not None]
+        best = min(done, key=lambda t: t.value).params
+        tried = {space.key(t.params) for t in trials[:i]}
+        untried = [
+            c for c in space.enumerate().to_dict("records")
+            if 1 <= sum(c[n] != best[n] for n in space.names) <= 2 and space.key(c) not in tried
+        ]  # fmt: skip
+        if untried:
+            differing = sum(trials[i].params[n] != best[n] for n in space.names)
+            assert 1 <= differing <= 2, (i, trials[i].params, best)
+            checked += 1
+    assert checked >= 4
+
+
+def _wide_cache(path: Path) -> Path:
+    """A Kernel Tuner cache of 8 x 8 x 2 x 2 = 256 configurations without failures: wide
+    enough that the elites' common subspace outlasts a short run."""
+    params = {"a": list(range(8)), "b": list(range(8)), "c": [0, 1], "d": [0, 1]}
+    cache = {}
+    for a, b, c, d in itertools.product(*params.values()):
+        t = 1.0 + abs(a - 5) / 4 + abs(b - 2) / 3 + 0.7 * c + 0.4 * (a * b % 3) + 0.2 * d
+        cache[f"{a},{b},{c},{d}"] = {"a": a, "b": b, "c": c, "d": d, "time": t,
+                                     "times": [t, t, t], "compile_time": 1.0,
+                                     "verification_time": 0, "benchmark_time": 1.0}  # fmt: skip
+    doc = {
+        "device_name": "Test GPU", "kernel_name": "k", "problem_size": [1024],
+        "tune_params_keys": list(params), "tune_params": params, "objective": "time",
+        "cache": cache,
+    }  # fmt: skip
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_subspace_share_keeps_what_the_elites_agree_on(tmp_path: Path) -> None:
+    """With subspace_share=1 every model-based proposal holds each value that the
+    ``subspace_elites`` best measured configurations share (while such candidates remain)."""
+    dataset = load_dataset(_wide_cache(tmp_path / "wide.json"))
+    space = SearchSpace(dataset.parameters, [])
+    sampler = SurrogateSampler(
+        space=space, seed=1, n_startup_trials=6, subspace_share=1.0, subspace_elites=3,
+        marginal_share=0.0,
+    )  # fmt: skip
+    study = optuna.create_study(direction="minimize", sampler=sampler)
+    Runner(study=study, space=space, backend=ReplayBackend(dataset), trials=20, batch_size=1).run()
+    trials = [t for t in study.get_trials() if t.params]
+    checked = 0
+    for i in range(6, len(trials)):
+        done = sorted((t for t in trials[:i] if t.value is not None), key=lambda t: t.value)
+        elites = [t.params for t in done[:3]]
+        agreed = {n: elites[0][n] for n in space.names if len({e[n] for e in elites}) == 1}
+        tried = {space.key(t.params) for t in trials[:i]}
+        inside = [
+            c for c in space.enumerate().to_dict("records")
+            if all(c[n] == v for n, v in agreed.items()) and space.key(c) not in tried
+        ]  # fmt: skip
+        if agreed and inside:
+            assert all(trials[i].params[n] == v for n, v in agreed.items()), (i, agreed)
+            checked += 1
+    assert checked >= 8
+
+
+def test_subspace_and_radius_options_are_checked() -> None:
+    with pytest.raises(ValueError, match="subspace_share"):
+        SurrogateSampler(subspace_share=1.5)
+    with pytest.raises(ValueError, match="subspace_elites"):
+        SurrogateSampler(subspace_elites=1)
+    with pytest.raises(ValueError, match="local_radius"):
+        SurrogateSampler(local_radius=0)
 
 
 def _portfolio_study(tmp_path: Path, **options: Any) -> tuple[optuna.Study, SearchSpace, Any]:
