@@ -44,10 +44,15 @@ def write_kt_cache(path: Path) -> Path:
             entry["time"] = t
             entry["times"] = [t, t * 1.01, t * 0.99]
         cache[key] = entry
+    return write_kt_doc(path, params, cache)
+
+
+def write_kt_doc(path: Path, params: Mapping[str, list], cache: Mapping[str, dict]) -> Path:
+    """A Kernel Tuner cache file of ``cache`` (key -> entry) over the tunable ``params``."""
     doc = {
         "device_name": "Test GPU", "kernel_name": "k", "problem_size": [1024],
-        "tune_params_keys": list(params), "tune_params": params, "objective": "time",
-        "cache": cache,
+        "tune_params_keys": list(params), "tune_params": dict(params), "objective": "time",
+        "cache": dict(cache),
     }  # fmt: skip
     path.write_text(json.dumps(doc))
     return path

@@ -145,6 +145,15 @@ class _Observed:
         return [k for _, k in sorted(ok, key=lambda vk: vk[0])]
 
 
+def _elite_index(table: _Table, obs: _Observed, direction: str, k: int) -> np.ndarray | None:
+    """The value positions (``(m, d)``, m ≤ k) of the k best ok observations, best first; None
+    where there is none or the observations are not table rows."""
+    ok = obs.ok_keys_best_first(direction)
+    if not ok or not isinstance(ok[0], (int, np.integer)):
+        return None
+    return table.index_of_keys(np.array(ok[:k], dtype=np.int64))
+
+
 class SurrogateSampler(BaseSampler):
     """Proposes configurations by expected improvement × P(ok) − diversity penalty.
 
@@ -832,11 +841,9 @@ class SurrogateSampler(BaseSampler):
         """Candidates that differ from one of the best measured configurations in exactly one
         parameter: a model smooth enough to generalise misses an optimum that stands alone
         (every neighbour much slower), so a share of proposals walks the elites' coordinates."""
-        ok = obs.ok_keys_best_first(direction)
-        if not ok or not isinstance(ok[0], (int, np.integer)):
+        elite_index = _elite_index(table, obs, direction, self.local_elites)
+        if elite_index is None:
             return np.zeros(len(rows), dtype=bool)
-        elites = np.array(ok[: self.local_elites], dtype=np.int64)
-        elite_index = table.index_of_keys(elites)
         candidates = table.index[rows]
         differing = (candidates[:, None, :] != elite_index[None, :, :]).sum(axis=2)
         return ((differing >= 1) & (differing <= self.local_radius)).any(axis=1)
@@ -847,14 +854,12 @@ class SurrogateSampler(BaseSampler):
         """Candidates that hold every parameter value the ``subspace_elites`` best measured
         configurations agree on (``subspace_share``); all False where they agree on nothing
         that varies, or fewer than that many have been measured."""
-        ok = obs.ok_keys_best_first(direction)
-        none = np.zeros(len(rows), dtype=bool)
-        if len(ok) < self.subspace_elites or not isinstance(ok[0], (int, np.integer)):
-            return none
-        elites = table.index_of_keys(np.array(ok[: self.subspace_elites], dtype=np.int64))
-        agreed = (elites == elites[0]).all(axis=0) & (np.asarray(table.lengths) > 1)
+        elites = _elite_index(table, obs, direction, self.subspace_elites)
+        if elites is None or len(elites) < self.subspace_elites:
+            return np.zeros(len(rows), dtype=bool)
+        agreed = (elites == elites[0]).all(axis=0) & (table.lengths > 1)
         if not agreed.any():
-            return none
+            return np.zeros(len(rows), dtype=bool)
         candidates = table.index[rows]
         return (candidates[:, agreed] == elites[0, agreed]).all(axis=1)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import json
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ from surrotune.space import SearchSpace
 from surrotune.surrogate import SurrogateSampler
 from surrotune.surrogate.sampler import GENERIC_FAILURE, _learned
 from surrotune.verdicts import SANITIZER_PREFIX, set_trial_verdict
-from tests.test_runner import write_kt_cache
+from tests.test_runner import write_kt_cache, write_kt_doc
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -167,6 +166,15 @@ def test_the_models_learn_a_demoted_trial_as_a_failure(tmp_path: Path) -> None:
     assert sum(v is not None for v, _ in learned.values()) == len(ok) - 1
 
 
+def _replayed_trials(
+    dataset: Any, space: SearchSpace, sampler: SurrogateSampler, n: int
+) -> list[optuna.trial.FrozenTrial]:
+    """The trials with parameters of an n-trial sequential replay of ``dataset``."""
+    study = optuna.create_study(direction="minimize", sampler=sampler)
+    Runner(study=study, space=space, backend=ReplayBackend(dataset), trials=n, batch_size=1).run()
+    return [t for t in study.get_trials() if t.params]
+
+
 def test_local_share_walks_the_coordinates_of_the_best(tmp_path: Path) -> None:
     """With local_share=1 every model-based proposal differs from one of the best measured
     configurations in exactly one parameter (while such candidates remain)."""
@@ -175,12 +183,7 @@ def test_local_share_walks_the_coordinates_of_the_best(tmp_path: Path) -> None:
     sampler = SurrogateSampler(
         space=space, seed=1, n_startup_trials=4, local_share=1.0, local_elites=1
     )
-    study = optuna.create_study(direction="minimize", sampler=sampler)
-    runner = Runner(
-        study=study, space=space, backend=ReplayBackend(dataset), trials=12, batch_size=1
-    )
-    runner.run()
-    trials = [t for t in study.get_trials() if t.params]
+    trials = _replayed_trials(dataset, space, sampler, 12)
     for i in range(4, len(trials)):
         done = [t for t in trials[:i] if t.value is not None]
         best = min(done, key=lambda t: t.value).params
@@ -203,9 +206,7 @@ def test_local_radius_two_reaches_the_two_parameter_neighbours(tmp_path: Path) -
         space=space, seed=3, n_startup_trials=4, local_share=1.0, local_elites=1,
         local_radius=2, marginal_share=0.0,
     )  # fmt: skip
-    study = optuna.create_study(direction="minimize", sampler=sampler)
-    Runner(study=study, space=space, backend=ReplayBackend(dataset), trials=12, batch_size=1).run()
-    trials = [t for t in study.get_trials() if t.params]
+    trials = _replayed_trials(dataset, space, sampler, 12)
     checked = 0
     for i in range(4, len(trials)):
         done = [t for t in trials[:i] if t.value is not None]
@@ -232,13 +233,7 @@ def _wide_cache(path: Path) -> Path:
         cache[f"{a},{b},{c},{d}"] = {"a": a, "b": b, "c": c, "d": d, "time": t,
                                      "times": [t, t, t], "compile_time": 1.0,
                                      "verification_time": 0, "benchmark_time": 1.0}  # fmt: skip
-    doc = {
-        "device_name": "Test GPU", "kernel_name": "k", "problem_size": [1024],
-        "tune_params_keys": list(params), "tune_params": params, "objective": "time",
-        "cache": cache,
-    }  # fmt: skip
-    path.write_text(json.dumps(doc))
-    return path
+    return write_kt_doc(path, params, cache)
 
 
 def test_subspace_share_keeps_what_the_elites_agree_on(tmp_path: Path) -> None:
@@ -250,9 +245,7 @@ def test_subspace_share_keeps_what_the_elites_agree_on(tmp_path: Path) -> None:
         space=space, seed=1, n_startup_trials=6, subspace_share=1.0, subspace_elites=3,
         marginal_share=0.0,
     )  # fmt: skip
-    study = optuna.create_study(direction="minimize", sampler=sampler)
-    Runner(study=study, space=space, backend=ReplayBackend(dataset), trials=20, batch_size=1).run()
-    trials = [t for t in study.get_trials() if t.params]
+    trials = _replayed_trials(dataset, space, sampler, 20)
     checked = 0
     for i in range(6, len(trials)):
         done = sorted((t for t in trials[:i] if t.value is not None), key=lambda t: t.value)
