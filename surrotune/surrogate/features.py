@@ -15,7 +15,10 @@ Compile-time resources (registers, shared bytes, spills) are *not* features: the
 after a configuration was compiled, never for the candidates the sampler scores, and a model
 trained on a column it cannot see at prediction time is wrong exactly where it matters. A user
 who knows how to compute such quantities from the parameters passes ``derive(frame) ->
-DataFrame``; its numeric columns are appended.
+DataFrame``; its numeric columns are appended. What the sampler does learn from them is a
+regressor of each resource on these features (:mod:`surrotune.surrogate.resources`), whose
+prediction against the device's limit multiplies P(ok): a function of the configuration, so
+the same for the training rows and the candidates.
 
 Bump :data:`FEATURES_VERSION` whenever the columns or their order change, so that a saved model
 trained on the old features is refused rather than misread.

@@ -91,6 +91,7 @@ from surrotune.surrogate.performance import (
     transform_objective,
 )
 from surrotune.surrogate.residual import ResidualGP, out_of_bag_residuals
+from surrotune.surrogate.resources import ResourceModel
 from surrotune.verdicts import demoted_trials
 
 if TYPE_CHECKING:
@@ -262,6 +263,11 @@ class SurrogateSampler(BaseSampler):
         thompson_pool: see ``thompson_share``.
         use_classifier: False switches the failure classifier off (P(ok) = 1, no gate): the
             ablation that shows what learning from failures is worth.
+        resource_model: learn the compile-time resources (shared memory, registers per block,
+            threads per block) that every compiled trial reports and a resource failure's
+            message states, and multiply P(ok) by the probability that a candidate fits the
+            device's limits (:mod:`surrotune.surrogate.resources`). Trials that report no
+            resources (Kernel Tuner's recordings) leave it out.
         length_scale: distance (in the [0, 1] encoding) at which the penalty falls to 1/e.
         max_candidates: pool size for spaces too large to enumerate.
         pool_size: random pool per proposal on the plain-Optuna path.
@@ -374,6 +380,7 @@ class SurrogateSampler(BaseSampler):
         pool_size: int = 2048,
         n_jobs: int = 1,
         use_classifier: bool = True,
+        resource_model: bool = True,
         local_share: float = 0.0,
         local_elites: int = 3,
         local_radius: int = 1,
@@ -443,6 +450,7 @@ class SurrogateSampler(BaseSampler):
         self.diversity_weight = diversity_weight
         self.pending_weight = pending_weight
         self.use_classifier = use_classifier
+        self.resource_model = resource_model
         self.local_share = local_share
         self.local_elites = local_elites
         if local_radius < 1:
@@ -605,7 +613,7 @@ class SurrogateSampler(BaseSampler):
             fit.cand_members = fit.perf.predict_members(features)
             fit.cand_mean = fit.cand_members.mean(axis=0)
             fit.cand_std = fit.cand_members.std(axis=0)
-            fit.cand_ok = fit.feas.predict_ok(features)
+            fit.cand_ok = fit.p_ok(features)
             if fit.residual is not None:
                 correction, fit.cand_std = fit.residual.predict(table.encoded)
                 fit.cand_mean = fit.cand_mean + correction
@@ -770,8 +778,9 @@ class SurrogateSampler(BaseSampler):
             nominee(local, explore=False) if local.any() else None,
         ]
         available = np.array([n is not None for n in nominees])
-        weights = np.where(available, np.exp(self.portfolio_eta
-                                              * (self._gains - self._gains[available].max())), 0)
+        weights = np.where(
+            available, np.exp(self.portfolio_eta * (self._gains - self._gains[available].max())), 0
+        )
         weights = weights / weights.sum()
         uniform = available / available.sum()
         p = (1 - self.portfolio_floor) * weights + self.portfolio_floor * uniform
@@ -1084,18 +1093,14 @@ class SurrogateSampler(BaseSampler):
         observed = self._observed_sources(table, [obs.keys[i] for i in ok])
         return ranking_weights([s.mean for s in observed], y, rng)
 
-    def _design_bests(
-        self, obs: _Observed, direction: str
-    ) -> tuple[float | None, float | None]:
+    def _design_bests(self, obs: _Observed, direction: str) -> tuple[float | None, float | None]:
         """The best measurements (transformed: lower is better) of the warm design's source
         picks and of its space-filling ones; None where none of the kind is measured ok."""
         bests: list[float | None] = []
         for picks in (self._source_picks, self._fill_picks):
             values = [v for v, k in zip(obs.values, obs.keys, strict=True)
                       if v is not None and int(k) in picks]  # fmt: skip
-            bests.append(
-                _best_transformed(values, direction) if values else None
-            )
+            bests.append(_best_transformed(values, direction) if values else None)
         return bests[0], bests[1]
 
     def _observed_sources(self, table: _Table, keys: Sequence[int]) -> list[Source]:
@@ -1145,9 +1150,10 @@ class SurrogateSampler(BaseSampler):
         self._fit = _Fit(
             key=key, n=obs.n, n_features=table.features.shape[1], perf=None, feas=feas,
             direction=direction, cand_mean=transfer.mean, cand_std=transfer.std,
-            cand_ok=feas.predict_ok(table.features) * transfer.p_ok, gate=True,
-            cand_prior=transfer.prior, scale=scale,
+            cand_prior=transfer.prior, scale=scale, gate=True,
+            resources=self._resources(study, obs, X, ok),
         )  # fmt: skip
+        self._fit.cand_ok = self._fit.p_ok(table.features) * transfer.p_ok
         return self._fit
 
     # ------------------------------------------------------------------ plain-Optuna path
@@ -1231,7 +1237,7 @@ class SurrogateSampler(BaseSampler):
         if fit.residual is not None:
             correction, std = fit.residual.predict(cand_enc)
             mean = mean + correction
-        p_ok = fit.feas.predict_ok(cand_feat)
+        p_ok = fit.p_ok(cand_feat)
         pending = min_distances(cand_enc, pend_enc)
         if self.thompson_share > 0 and rng.random() < self.thompson_share:
             members = fit.perf.predict_members(cand_feat)
@@ -1288,6 +1294,7 @@ class SurrogateSampler(BaseSampler):
         self._fit = _Fit(
             key=key, n=obs.n, n_features=n_features, perf=perf, feas=feas, direction=direction,
             counters=counters, scale=scale, residual=self._residual_model(perf, X[ok], y, obs),
+            resources=self._resources(study, obs, X, ok),
         )  # fmt: skip
         return self._fit
 
@@ -1310,6 +1317,19 @@ class SurrogateSampler(BaseSampler):
         """An unfitted failure classifier with this sampler's seed and options."""
         params = {"seed": self._seed, "n_jobs": self.n_jobs, **dict(self.feasibility_params or {})}
         return FeasibilityModel(**params)
+
+    def _resources(
+        self, study: Study, obs: _Observed, X: np.ndarray, ok: np.ndarray
+    ) -> ResourceModel | None:
+        """Regressors of the compile-time resources the learned trials report (``resource_model``;
+        :mod:`surrotune.surrogate.resources`); None where none could be learned."""
+        if not self.resource_model or not self.use_classifier:
+            return None
+        by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
+        attrs = [by_number[n].user_attrs if n in by_number else {} for n in obs.numbers]
+        device = next((a["device_limits"] for a in attrs if a.get("device_limits")), None)
+        model = ResourceModel(seed=self._seed, n_jobs=self.n_jobs).fit(X, attrs, device, ok)
+        return model if model.informative else None
 
     def _current_fit(self, obs: _Observed, key: Any, n_features: int) -> _Fit | None:
         """The last fit, where it is of the same models (``key``, feature count) and too few
@@ -1437,6 +1457,13 @@ class _Fit:
     counters: CounterModel | None = None  # predicted counters as extra features (if fitted)
     scale: CopulaScale | PowerScale | None = None  # on top of the log, where the models learn it
     residual: ResidualGP | None = None  # the GP on the ensemble's errors (``uncertainty``)
+    resources: ResourceModel | None = None  # P(fits the resource limits), where learned
+
+    def p_ok(self, features: np.ndarray) -> np.ndarray:
+        """P(ok) of these (augmented) features: the classifier's, times P(fits the
+        resource limits) where a resource model was learned."""
+        p = self.feas.predict_ok(features)
+        return p if self.resources is None else p * self.resources.predict_fits(features)
 
     def best_of(self, obs: _Observed) -> float:
         """The best ok measurement so far on the models' scale (lower is better), counting

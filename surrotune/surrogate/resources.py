@@ -1,0 +1,254 @@
+"""Compile-time resources, learned: configuration → shared memory, registers, threads per block.
+
+Most failures of a kernel template are resource failures: ptxas refuses a block whose static
+shared memory passes 48 KB, the launch refuses one whose registers times threads pass the
+register file, or threads per block pass 1,024. They hinge on products of three or four
+parameters (block × items × vector width × 4 bytes), an oblique boundary that the failure
+classifier, fitted on the few failures seen so far, draws only after many of them: on the H200
+recordings it let through 45 % to 100 % of the failures at P(ok) ≥ 0.5 after 20 measurements
+(docs/BENCHMARKS.md, "Learning the compile-time resources").
+
+But every *compiled* trial reports its resources (the Result's ``shared_bytes``, ``registers``
+and ``threads_per_block``), and a resource failure's message states what it asked for
+(``uses too much shared data (0x20080 bytes, 0xc000 max)``, ``2048 threads per block exceed the
+device's maxThreadsPerBlock of 1024``, ``80 registers x 1024 threads = 81920 registers per block
+exceed ...``). So each measurement, ok or not, is a labelled row for a regressor of the log of
+each resource, a far richer signal than one ok/failed bit: with twenty rows the regressor
+already places the boundary. :class:`ResourceModel` fits one boosted regressor per resource on
+the features the other models see, and turns its prediction against the device's limit into a
+probability that the configuration fits: ``Φ(-(log2 predicted - log2 limit) / σ)``, σ the
+regressor's cross-validated error (wide while the rows are few). The sampler multiplies the
+failure classifier's P(ok) by it.
+
+A known weakness: trees extrapolate a region nobody measured from its neighbours, and the
+cross-validated error, taken over the measured rows, does not see it. On a transpose search
+(seed 3, dev machine) the regressor put the unmeasured 64-wide shared tiles (16 KB) at the
+128-wide ones' 64 KB for the first 40 evaluations, P(fits) ≈ 0 for the optimum's group, until
+a proposal outside the acquisition (the gate's exploration allowance, the marginal share)
+measured one at evaluation 40-80 and the prediction fell into place (P(fits) 0.97-1.0).
+
+Where the limit comes from: the limit a failure's message states (ptxas's static shared-memory
+limit, the device's limits the launch check cites; not a kernel's own ``__launch_bounds__``,
+which may differ per configuration), else the device's (the trial attribute ``device_limits``:
+``shared_per_block_optin``, ``regs_per_block``, ``max_threads_per_block``),
+raised to the largest value an ok trial used (dynamic shared memory may opt in past 48 KB, and an
+ok trial proves the limit is not below it). A resource without a known limit, or with fewer than
+``min_rows`` reported values, is left out; with none left the model is uninformative and P(fits)
+is 1 everywhere. Kernel Tuner's recordings report no resources, so searches on them are unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import xgboost as xgb
+from scipy.special import ndtr
+
+__all__ = ["RESOURCES", "ResourceModel", "resource_row"]
+
+#: the resources learned, in column order
+RESOURCES = ("shared_bytes", "registers_per_block", "threads_per_block")
+
+#: the device-limit key (runner.device_limits) each resource is judged against
+#: (the largest a block may opt in to: until ptxas states its static limit, 48 KB, in a failure,
+#: a configuration that uses dynamic shared memory may use more)
+_DEVICE_KEYS = {
+    "shared_bytes": "shared_per_block_optin",
+    "registers_per_block": "regs_per_block",
+    "threads_per_block": "max_threads_per_block",
+}
+
+#: ptxas: ``uses too much shared data (0x20080 bytes, 0xc000 max)``
+_SHARED = re.compile(
+    r"too much shared data \((0x[0-9a-fA-F]+|\d+) bytes?,\s*(0x[0-9a-fA-F]+|\d+) max"
+)
+#: the launch check (backends/cuda.py): ``... = 90000 bytes of shared memory per block exceed the
+#: device's sharedMemPerBlockOptin of 232448``
+_SHARED_LAUNCH = re.compile(
+    r"= (\d+) bytes of shared memory per block exceed the device's \w+ of (\d+)"
+)
+#: ``2048 threads per block exceed the device's maxThreadsPerBlock of 1024``; a kernel's own
+#: ``__launch_bounds__`` maximum may differ per configuration, so only the device's is a limit
+_THREADS = re.compile(r"(\d+) threads per block exceed the (device's|kernel's)[^\d]*(\d+)")
+_REGISTERS = re.compile(
+    r"(\d+) registers x (\d+) threads = (\d+) registers per block exceed[^\d]*(\d+)?"
+)
+
+
+def _int(text: str | None) -> int | None:
+    if not text:
+        return None
+    return int(text, 16) if text.lower().startswith("0x") else int(text)
+
+
+def resource_row(attrs: Mapping[str, Any]) -> tuple[dict[str, float], dict[str, float]]:
+    """``(values, limits)`` that one trial's user attributes report: the resources it used (or,
+    for a resource failure, asked for), and the limits its error message states."""
+    values: dict[str, float] = {}
+    limits: dict[str, float] = {}
+    shared = attrs.get("shared_bytes")
+    registers = attrs.get("registers")
+    threads = attrs.get("threads_per_block")
+    if shared is not None:
+        values["shared_bytes"] = float(shared)
+    if threads:
+        values["threads_per_block"] = float(threads)
+        if registers is not None:
+            values["registers_per_block"] = float(registers) * float(threads)
+    error = str(attrs.get("error") or "")
+    if not error:
+        return values, limits
+    if m := _SHARED.search(error) or _SHARED_LAUNCH.search(error):
+        values["shared_bytes"] = float(_int(m.group(1)) or 0)
+        if (limit := _int(m.group(2))) is not None:
+            limits["shared_bytes"] = float(limit)
+    if m := _REGISTERS.search(error):
+        values["threads_per_block"] = float(m.group(2))
+        values["registers_per_block"] = float(m.group(3))
+        if m.group(4):
+            limits["registers_per_block"] = float(m.group(4))
+    elif m := _THREADS.search(error):
+        values["threads_per_block"] = float(m.group(1))
+        if m.group(2) == "device's":
+            limits["threads_per_block"] = float(m.group(3))
+    return values, limits
+
+
+class ResourceModel:
+    """P(a configuration fits the device's resource limits), from regressors of its resources.
+
+    Args:
+        softness: the least spread σ, in log2 units of the resource, of the prediction's
+            error: P(fits) = Φ(-(log2 predicted - log2 limit) / σ), σ the regressor's
+            cross-validated root-mean-square error (``folds`` folds) or this, whichever is
+            larger. The cross-validated σ is wide while the rows are few (2.5 log2 units for
+            registers per block after 20 transpose evaluations, 0.35 after 200); the first
+            version's fixed σ of 0.125 lost a transpose seed in a dev screen
+            (docs/BENCHMARKS.md, "Learning the compile-time resources").
+        folds: the folds of that cross-validation (fewer rows than ``2 * folds``: σ is the
+            resource's own standard deviation, the error of knowing nothing).
+        cv_rows: the most rows the cross-validation uses (a seeded sample of them).
+        min_rows: the fewest trials reporting a resource before it is learned.
+        n_estimators, max_depth, learning_rate: the regressors' boosting parameters.
+        seed: XGBoost seed (deterministic for a seed).
+        n_jobs: XGBoost threads.
+    """
+
+    def __init__(
+        self,
+        *,
+        softness: float = 0.125,
+        folds: int = 3,
+        cv_rows: int = 256,
+        min_rows: int = 5,
+        n_estimators: int = 50,
+        max_depth: int = 4,
+        learning_rate: float = 0.3,
+        seed: int = 0,
+        n_jobs: int = 1,
+    ) -> None:
+        if softness <= 0:
+            raise ValueError(f"softness must be positive; got {softness}")
+        self.softness = softness
+        self.folds = folds
+        self.cv_rows = cv_rows
+        self.min_rows = min_rows
+        self.n_estimators = n_estimators
+        self.max_depth = max_depth
+        self.learning_rate = learning_rate
+        self.seed = seed
+        self.n_jobs = n_jobs
+        #: resource -> (fitted regressor, log2 limit, σ of its error in log2 units)
+        self.models_: dict[str, tuple[xgb.Booster, float, float]] = {}
+
+    @property
+    def informative(self) -> bool:
+        """Whether any resource was learned (else P(fits) is 1 everywhere)."""
+        return bool(self.models_)
+
+    def fit(
+        self,
+        X: np.ndarray,
+        attrs: Sequence[Mapping[str, Any]],
+        device: Mapping[str, Any] | None = None,
+        ok: Sequence[bool] | None = None,
+    ) -> ResourceModel:
+        """Learn each resource from the rows of ``X`` whose trial attributes ``attrs`` report it.
+
+        ``device``: the device limits (``runner.device_limits``); ``ok``: which rows ran ok
+        (their values raise the limit to at least what they used)."""
+        device = device or {}
+        rows = [resource_row(a) for a in attrs]
+        ok_rows = list(ok) if ok is not None else [False] * len(rows)
+        self.models_ = {}
+        for name in RESOURCES:
+            have = [i for i, (values, _) in enumerate(rows) if name in values]
+            if len(have) < self.min_rows:
+                continue
+            stated = [r[1][name] for r in rows if name in r[1]]
+            limit = min(stated) if stated else device.get(_DEVICE_KEYS[name])
+            if not limit and name == "shared_bytes":
+                limit = device.get("shared_per_block")
+            if not limit:
+                continue
+            used_ok = [rows[i][0][name] for i in have if ok_rows[i]]
+            limit = max(float(limit), max(used_ok, default=0.0))
+            y = np.log2(np.array([rows[i][0][name] for i in have], dtype=np.float64) + 1.0)
+            if np.ptp(y) == 0 and y[0] <= math.log2(limit + 1.0):
+                continue  # constant and within the limit: it tells nothing
+            rows_X = np.asarray(X, dtype=np.float32)[have]
+            model = self._regressor(rows_X, y)
+            sigma = max(self.softness, self._error(rows_X, y))
+            self.models_[name] = (model, math.log2(limit + 1.0), sigma)
+        return self
+
+    def _regressor(self, X: np.ndarray, y: np.ndarray) -> xgb.Booster:
+        params = {
+            "objective": "reg:squarederror", "max_depth": self.max_depth,
+            "eta": self.learning_rate, "tree_method": "hist", "nthread": self.n_jobs,
+            "seed": self.seed, "verbosity": 0,
+        }  # fmt: skip
+        data = xgb.DMatrix(X, label=y, nthread=self.n_jobs)
+        return xgb.train(params, data, num_boost_round=self.n_estimators)
+
+    @staticmethod
+    def _predict(model: xgb.Booster, X: np.ndarray) -> np.ndarray:
+        return model.inplace_predict(np.asarray(X, dtype=np.float32))
+
+    def _error(self, X: np.ndarray, y: np.ndarray) -> float:
+        """The regressor's cross-validated root-mean-square error on these rows (on a seeded
+        sample of ``cv_rows`` of them where there are more: the spread needs no more rows, and
+        the cross-validation would cost most of a refit at thousands of trials)."""
+        if len(y) < 2 * self.folds:
+            return float(np.std(y))
+        if len(y) > self.cv_rows:
+            keep = np.random.default_rng(self.seed).choice(len(y), self.cv_rows, replace=False)
+            X, y = X[keep], y[keep]
+        folds = np.arange(len(y)) % self.folds
+        np.random.default_rng(self.seed).shuffle(folds)
+        errors = np.empty(len(y))
+        for k in range(self.folds):
+            held = folds == k
+            errors[held] = self._predict(self._regressor(X[~held], y[~held]), X[held]) - y[held]
+        return float(np.sqrt(np.mean(errors**2)))
+
+    def margins(self, X: np.ndarray) -> np.ndarray:
+        """``(n, k)``: log2 of each learned resource's prediction over its limit (> 0: past it)."""
+        X = np.asarray(X, dtype=np.float32)
+        if not self.models_:
+            return np.zeros((len(X), 0))
+        return np.column_stack(
+            [self._predict(model, X) - log_limit for model, log_limit, _ in self.models_.values()]
+        )
+
+    def predict_fits(self, X: np.ndarray) -> np.ndarray:
+        """P(every learned resource fits its limit), the product over resources."""
+        margins = self.margins(X)
+        if margins.shape[1] == 0:
+            return np.ones(len(margins))
+        sigma = np.array([spread for _, _, spread in self.models_.values()])
+        return np.prod(ndtr(-margins / sigma), axis=1)
