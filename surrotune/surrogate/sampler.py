@@ -340,6 +340,8 @@ class SurrogateSampler(BaseSampler):
             measuring them (docs/BENCHMARKS.md); a warm start's models keep their own.
         feasibility_params: further :class:`~surrotune.surrogate.feasibility.FeasibilityModel`
             options of the failure classifier (``calibration``, ``calibrate_min``, ...).
+        resource_params: further :class:`~surrotune.surrogate.resources.ResourceModel`
+            options of the resource regressors (``softness``, ``n_estimators``, ...).
         portfolio: choose each proposal's strategy (expected improvement, exploration, the
             elites' neighbours) by a Hedge over how the model bears out each one's nominees
             (:meth:`_portfolio`), instead of the fixed ``explore_share`` and ``local_share``;
@@ -408,6 +410,7 @@ class SurrogateSampler(BaseSampler):
         alignment: bool = True,
         model_params: Mapping[str, Any] | None = None,
         feasibility_params: Mapping[str, Any] | None = None,
+        resource_params: Mapping[str, Any] | None = None,
         portfolio: bool = False,
         portfolio_eta: float = 0.2,
         portfolio_floor: float = 0.1,
@@ -506,6 +509,7 @@ class SurrogateSampler(BaseSampler):
         self.alignment = alignment
         self.model_params = model_params
         self.feasibility_params = feasibility_params
+        self.resource_params = resource_params
         self.portfolio = portfolio
         self.portfolio_eta = portfolio_eta
         self.portfolio_floor = portfolio_floor
@@ -1328,7 +1332,8 @@ class SurrogateSampler(BaseSampler):
         by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
         attrs = [by_number[n].user_attrs if n in by_number else {} for n in obs.numbers]
         device = next((a["device_limits"] for a in attrs if a.get("device_limits")), None)
-        model = ResourceModel(seed=self._seed, n_jobs=self.n_jobs).fit(X, attrs, device, ok)
+        params = {"seed": self._seed, "n_jobs": self.n_jobs, **dict(self.resource_params or {})}
+        model = ResourceModel(**params).fit(X, attrs, device, ok)
         return model if model.informative else None
 
     def _current_fit(self, obs: _Observed, key: Any, n_features: int) -> _Fit | None:

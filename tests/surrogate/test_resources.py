@@ -368,6 +368,29 @@ def test_resource_model_false_leaves_the_resources_out() -> None:
     assert sampler._fit is not None and sampler._fit.resources is None
 
 
+def test_resource_params_reach_the_resource_model() -> None:
+    """``resource_params`` configures the sampler's ResourceModel: a far softer bound is far
+    less certain of which candidates fit than the default one."""
+    sampler = SurrogateSampler(
+        space=SPACE, seed=0, n_startup_trials=8, resource_params={"softness": 8.0}
+    )
+    _run_study(sampler, 14)
+    fit = sampler._fit
+    assert fit is not None and fit.resources is not None
+    assert fit.resources.softness == 8.0
+    assert all(sigma >= 8.0 for _, _, sigma in fit.resources.models_.values())
+    default = SurrogateSampler(space=SPACE, seed=0, n_startup_trials=8)
+    _run_study(default, 14)
+    assert default._fit is not None and default._fit.resources is not None
+    table = sampler._table
+    assert table is not None
+    soft = fit.resources.predict_fits(fit.augment(table.features))
+    sharp = default._fit.resources.predict_fits(default._fit.augment(table.features))
+    # an eight-octave-wide bound is sure of nothing: it neither passes nor gates out firmly
+    assert soft.max() < 0.9 < sharp.max()
+    assert np.ptp(soft) < np.ptp(sharp) / 2
+
+
 def test_trials_that_report_no_resources_leave_the_search_unchanged() -> None:
     """Kernel Tuner-style trials (a status, no resources, no message): no resource model, and
     the proposals are the ones of a sampler without it."""
