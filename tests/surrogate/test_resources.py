@@ -141,11 +141,13 @@ def planted_split(seed: int = 0, n: int = 30) -> tuple[list, list]:
     return train, held
 
 
-def planted_fit(seed: int = 0, device: dict[str, Any] | None = None) -> ResourceModel:
+def planted_fit(
+    seed: int = 0, device: dict[str, Any] | None = None, **options: Any
+) -> ResourceModel:
     train, _ = planted_split(seed)
     attrs = [planted_attrs(c) for c in train]
     ok = [shared_of(c) <= LIMIT for c in train]
-    return ResourceModel(seed=0).fit(features(train), attrs, device, ok)
+    return ResourceModel(seed=0, **options).fit(features(train), attrs, device, ok)
 
 
 @pytest.mark.parametrize("device", [{"shared_per_block": LIMIT}, None])
@@ -159,7 +161,7 @@ def test_the_planted_shared_memory_boundary_is_learned(device: dict[str, Any] | 
     model = planted_fit(device=device)
     assert model.informative
     assert list(model.models_) == ["shared_bytes"]  # registers, threads: no limit known
-    assert model.models_["shared_bytes"][1] == pytest.approx(math.log2(LIMIT + 1))
+    assert model.models_["shared_bytes"].log_limit == pytest.approx(math.log2(LIMIT + 1))
     p = model.predict_fits(features(CONFIGS))
     assert p.shape == (len(CONFIGS),) and np.all((p >= 0) & (p <= 1))
     shared = np.array([shared_of(c) for c in CONFIGS])
@@ -174,11 +176,13 @@ def test_the_planted_shared_memory_boundary_is_learned(device: dict[str, Any] | 
 
 
 def test_margins_are_log2_of_prediction_over_limit() -> None:
-    model = planted_fit(device={"shared_per_block": LIMIT})
+    """Trees alone (``hybrid`` off): one σ for every candidate."""
+    model = planted_fit(device={"shared_per_block": LIMIT}, hybrid=False)
     X = features(CONFIGS)
     margins = model.margins(X)
     assert margins.shape == (len(CONFIGS), 1)
-    sigma = model.models_["shared_bytes"][2]
+    assert model.models_["shared_bytes"].linear is None
+    sigma = model.models_["shared_bytes"].sigma
     assert sigma >= model.softness
     np.testing.assert_allclose(model.predict_fits(X), ndtr(-margins[:, 0] / sigma), rtol=1e-5)
     shared = np.array([shared_of(c) for c in CONFIGS])
@@ -204,12 +208,64 @@ def test_every_resource_with_a_limit_is_learned_and_multiplied() -> None:
     train, _ = planted_split()
     attrs = [planted_attrs(c) for c in train]
     ok = [shared_of(c) <= LIMIT for c in train]
-    model = ResourceModel().fit(features(train), attrs, DEVICE, ok)
+    model = ResourceModel(hybrid=False).fit(features(train), attrs, DEVICE, ok)
     assert set(model.models_) == set(RESOURCES)
     margins = model.margins(features(CONFIGS))
-    sigma = np.array([model.models_[name][2] for name in model.models_])
+    sigma = np.array([model.models_[name].sigma for name in model.models_])
     per = ndtr(-margins / sigma)
     np.testing.assert_allclose(model.predict_fits(features(CONFIGS)), per.prod(axis=1), rtol=1e-5)
+
+
+def test_the_hybrid_widens_sigma_where_its_two_regressors_disagree() -> None:
+    """With ``hybrid`` on, the prediction is the regressor of lower cross-validated error and a
+    candidate's σ is sqrt(σ_cv² + (disagreement · (trees - linear))²)."""
+    model = planted_fit(device={"shared_per_block": LIMIT})
+    learned = model.models_["shared_bytes"]
+    assert learned.linear is not None
+    X = features(CONFIGS).astype(np.float32)
+    trees = model._predict_trees(learned.trees, X)
+    linear = model._predict_linear(learned.linear, X)
+    assert np.abs(trees - linear).max() > 0.1  # they do differ somewhere
+    mean = linear if learned.use_linear else trees
+    np.testing.assert_allclose(model.margins(X)[:, 0], mean - learned.log_limit, rtol=1e-5)
+    sigma = np.sqrt(learned.sigma**2 + (model.disagreement * (trees - linear)) ** 2)
+    expected = ndtr(-(mean - learned.log_limit) / sigma)
+    np.testing.assert_allclose(model.predict_fits(X), expected, rtol=1e-5, atol=1e-7)
+    # disagreement 0: the σ of the chosen regressor alone, the same for every candidate
+    flat = planted_fit(device={"shared_per_block": LIMIT}, disagreement=0.0)
+    chosen = flat.models_["shared_bytes"]
+    np.testing.assert_allclose(
+        flat.predict_fits(X), ndtr(-flat.margins(X)[:, 0] / chosen.sigma), rtol=1e-5, atol=1e-7
+    )
+    with pytest.raises(ValueError, match="disagreement"):
+        ResourceModel(disagreement=-1.0)
+
+
+def test_the_linear_regressor_interpolates_a_level_nobody_measured() -> None:
+    """shared = block x items x vec x 4 is a sum of logs. Without the sum among the features
+    and no trial at items = 4, the trees give those configurations a measured neighbour's
+    value; the ridge regression interpolates them, so the hybrid predicts them better, chooses
+    the linear regressor, and its P(fits) orders them by whether they fit."""
+    train = [c for c in CONFIGS if c[1] != 4]
+    held = [c for c in CONFIGS if c[1] == 4]
+    attrs = [planted_attrs(c) for c in train]
+    ok = [shared_of(c) <= LIMIT for c in train]
+    no_sum = [0, 1, 2, 4, 5]
+    X, X_held = features(train)[:, no_sum], features(held)[:, no_sum]
+    truth = np.log2(np.array([shared_of(c) for c in held], dtype=np.float64) + 1.0)
+    trees = ResourceModel(hybrid=False).fit(X, attrs, DEVICE, ok)
+    hybrid = ResourceModel().fit(X, attrs, DEVICE, ok)
+    assert hybrid.models_["shared_bytes"].use_linear
+
+    def error(model: ResourceModel) -> float:
+        log_limit = model.models_["shared_bytes"].log_limit
+        predicted = model.margins(X_held)[:, list(model.models_).index("shared_bytes")]
+        return float(np.abs(predicted + log_limit - truth).mean())
+
+    assert error(hybrid) < error(trees) / 2
+    fits = np.array([shared_of(c) <= LIMIT for c in held])
+    p = hybrid.predict_fits(X_held)
+    assert p[fits].min() > p[~fits].max()
 
 
 # ------------------------------------------------------------------ uninformative cases
@@ -255,20 +311,20 @@ def test_an_ok_trial_raises_the_limit_to_what_it_used() -> None:
     attrs = [{"shared_bytes": s} for s in used]
     device = {"shared_per_block": LIMIT}
     raised = ResourceModel().fit(X, attrs, device, [True] * len(used))
-    log_limit = raised.models_["shared_bytes"][1]
+    log_limit = raised.models_["shared_bytes"].log_limit
     assert 2**log_limit - 1 >= 100000 - 1e-6
     query = np.log2(np.array([[90000.0], [1024.0]]))
     p = raised.predict_fits(query)  # 90,000 lies 0.15 powers of two under 100,000
     assert p[0] > 0.5 and p[1] > 0.99
     not_ok = ResourceModel().fit(X, attrs, device, None)  # ok unknown: the device's 48 KB
-    assert not_ok.models_["shared_bytes"][1] == pytest.approx(math.log2(LIMIT + 1))
+    assert not_ok.models_["shared_bytes"].log_limit == pytest.approx(math.log2(LIMIT + 1))
     p = not_ok.predict_fits(query)
     assert p[0] < 0.3 and p[1] > 0.8
     # a failure's stated limit is raised by an ok trial just the same
     stated = [*attrs, {"error": PTXAS.format(200000)}]
     Xs = np.vstack([X, [[math.log2(200000)]]])
     model = ResourceModel().fit(Xs, stated, None, [True] * len(used) + [False])
-    assert 2 ** model.models_["shared_bytes"][1] - 1 >= 100000 - 1e-6
+    assert 2 ** model.models_["shared_bytes"].log_limit - 1 >= 100000 - 1e-6
     assert model.predict_fits(query)[0] > 0.5
     assert model.predict_fits(np.array([[math.log2(200000)]]))[0] < 0.2
 
@@ -280,7 +336,7 @@ def test_the_smallest_stated_limit_wins_over_the_device() -> None:
         {"error": f"uses too much shared data ({s} bytes, 49152 max)"} for s in used[4:]
     ]
     model = ResourceModel().fit(X, attrs, {"shared_per_block": 232448}, [True] * 4 + [False] * 2)
-    assert model.models_["shared_bytes"][1] == pytest.approx(math.log2(LIMIT + 1))
+    assert model.models_["shared_bytes"].log_limit == pytest.approx(math.log2(LIMIT + 1))
 
 
 # ------------------------------------------------------------------ determinism
@@ -378,7 +434,7 @@ def test_resource_params_reach_the_resource_model() -> None:
     fit = sampler._fit
     assert fit is not None and fit.resources is not None
     assert fit.resources.softness == 8.0
-    assert all(sigma >= 8.0 for _, _, sigma in fit.resources.models_.values())
+    assert all(sigma >= 8.0 for _, _, _, sigma, _ in fit.resources.models_.values())
     default = SurrogateSampler(space=SPACE, seed=0, n_startup_trials=8)
     _run_study(default, 14)
     assert default._fit is not None and default._fit.resources is not None
