@@ -45,6 +45,7 @@ from typing import Any
 
 import optuna
 import pandas as pd
+import threadpoolctl
 from optuna.trial import FrozenTrial
 
 from surrotune.backends.replay import Dataset, ReplayBackend, load_dataset, load_restrictions
@@ -727,6 +728,14 @@ def record_runs(
     return False
 
 
+def _one_thread_each() -> None:
+    """A worker's BLAS and OpenMP pools get one thread: ``jobs`` workers already share the
+    cores, and NumPy's BLAS, which takes every core by default, made each worker of 16 on a
+    16-core host wait on the others' threads (no run of 240 finished in 590 s, where one run
+    alone takes seconds; 2 workers on 2 cores: 26 s a run against 7.7 s alone)."""
+    threadpoolctl.threadpool_limits(1)
+
+
 def _execute(tasks: Sequence[RunSpec], jobs: int, done: Callable[[RunRecord], None]) -> None:
     """Run the tasks, ``jobs`` at a time, handing each record to ``done`` as it arrives."""
     if jobs <= 1:
@@ -737,7 +746,8 @@ def _execute(tasks: Sequence[RunSpec], jobs: int, done: Callable[[RunRecord], No
     # (``_check_samplers``) loads warm-start bundles here, which starts XGBoost's OpenMP
     # threads, and a child forked after that hangs in its first XGBoost call.
     context = multiprocessing.get_context("forkserver")
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+    pool_options = {"max_workers": jobs, "mp_context": context, "initializer": _one_thread_each}
+    with ProcessPoolExecutor(**pool_options) as pool:
         pending: set[Future[RunRecord]] = set()
         try:
             pending = {pool.submit(run_one, task) for task in tasks}
