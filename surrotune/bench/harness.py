@@ -730,9 +730,16 @@ def record_runs(
 
 def _one_thread_each() -> None:
     """A worker's BLAS and OpenMP pools get one thread: ``jobs`` workers already share the
-    cores, and NumPy's BLAS, which takes every core by default, made each worker of 16 on a
-    16-core host wait on the others' threads (no run of 240 finished in 590 s, where one run
-    alone takes seconds; 2 workers on 2 cores: 26 s a run against 7.7 s alone)."""
+    cores, and NumPy's and SciPy's BLAS, which take every core by default, made each worker of
+    16 on a 16-core host wait on the others' threads (no run of 240 finished in 590 s, where
+    one run alone takes seconds; 2 workers on 2 cores: 26 s a run against 7.7 s alone).
+    threadpoolctl limits the pools already loaded, so every library that brings one is loaded
+    first, and the environment tells those loaded later."""
+    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[name] = "1"
+    importlib.import_module("scipy.linalg")
+    importlib.import_module("sklearn.linear_model")
+    importlib.import_module("xgboost")
     threadpoolctl.threadpool_limits(1)
 
 
