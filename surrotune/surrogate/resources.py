@@ -32,7 +32,7 @@ and where the two disagree σ widens by ``disagreement`` times their difference:
 that the data pins down gets the same value from both, one in a region nobody measured
 seldom does. On the sampler's own training rows of the twelve H200 recordings (after 20, 40,
 80 evaluations, 4 seeds) this lifted the AUC of P(fits) against the recorded resource
-failures from 0.856/0.888/0.925 to 0.887/0.909/0.941 and cut the ok configurations it rules
+failures from 0.856/0.899/0.929 to 0.887/0.915/0.940 and cut the ok configurations it rules
 out (P(fits) < 0.1) from 1.9 % to 0.2 %, at the same share of failures let through
 (docs/BENCHMARKS.md, "Two regressors per resource").
 
