@@ -47,9 +47,7 @@ def sampler_rows(path: str, seed: int, evaluations: int) -> dict[str, Any] | Non
     learn = sampler._resources
 
     def keep(study: Any, obs: Any, X: np.ndarray, ok: np.ndarray) -> Any:
-        by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
-        attrs = [by_number[n].user_attrs if n in by_number else {} for n in obs.numbers]
-        device = next((a["device_limits"] for a in attrs if a.get("device_limits")), None)
+        attrs, device = sampler._resource_attrs(study, obs)
         seen.update(X=np.array(X), attrs=attrs, device=device, ok=np.array(ok))
         return learn(study, obs, X, ok)
 

@@ -753,8 +753,9 @@ def _execute(tasks: Sequence[RunSpec], jobs: int, done: Callable[[RunRecord], No
     # (``_check_samplers``) loads warm-start bundles here, which starts XGBoost's OpenMP
     # threads, and a child forked after that hangs in its first XGBoost call.
     context = multiprocessing.get_context("forkserver")
-    pool_options = {"max_workers": jobs, "mp_context": context, "initializer": _one_thread_each}
-    with ProcessPoolExecutor(**pool_options) as pool:
+    with ProcessPoolExecutor(
+        max_workers=jobs, mp_context=context, initializer=_one_thread_each
+    ) as pool:
         pending: set[Future[RunRecord]] = set()
         try:
             pending = {pool.submit(run_one, task) for task in tasks}

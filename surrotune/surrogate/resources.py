@@ -286,8 +286,7 @@ class ResourceModel:
 
     @staticmethod
     def _predict_linear(model: _Linear, X: np.ndarray) -> np.ndarray:
-        base = model.ridge.predict(X)
-        return base + model.trees.inplace_predict(X, base_margin=np.zeros(len(X)))
+        return model.trees.inplace_predict(X, base_margin=model.ridge.predict(X))
 
     def _error(self, X: np.ndarray, y: np.ndarray, *, linear: bool) -> float:
         """A regressor's cross-validated root-mean-square error on these rows (on a seeded
@@ -310,33 +309,32 @@ class ResourceModel:
             errors[held] = fitted - y[held]
         return float(np.sqrt(np.mean(errors**2)))
 
-    def _predictions(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(n, k)`` predicted log2 resources and ``(n, k)`` σ of each, per learned resource."""
+    def _margins_and_sigmas(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(n, k)`` log2 of each learned resource's prediction over its limit, and ``(n, k)``
+        σ of each prediction."""
         X = np.asarray(X, dtype=np.float32)
-        means, sigmas = [], []
+        margins, sigmas = [], []
         for learned in self.models_.values():
             trees = self._predict_trees(learned.trees, X)
             if learned.linear is None:
-                means.append(trees)
+                margins.append(trees - learned.log_limit)
                 sigmas.append(np.full(len(X), learned.sigma))
                 continue
             linear = self._predict_linear(learned.linear, X)
-            means.append(linear if learned.use_linear else trees)
+            margins.append((linear if learned.use_linear else trees) - learned.log_limit)
             spread = self.disagreement * (trees - linear)
             sigmas.append(np.sqrt(learned.sigma**2 + spread**2))
-        return np.column_stack(means), np.column_stack(sigmas)
+        return np.column_stack(margins), np.column_stack(sigmas)
 
     def margins(self, X: np.ndarray) -> np.ndarray:
         """``(n, k)``: log2 of each learned resource's prediction over its limit (> 0: past it)."""
         if not self.models_:
             return np.zeros((len(X), 0))
-        means, _ = self._predictions(X)
-        return means - np.array([learned.log_limit for learned in self.models_.values()])
+        return self._margins_and_sigmas(X)[0]
 
     def predict_fits(self, X: np.ndarray) -> np.ndarray:
         """P(every learned resource fits its limit), the product over resources."""
         if not self.models_:
             return np.ones(len(X))
-        means, sigmas = self._predictions(X)
-        limits = np.array([learned.log_limit for learned in self.models_.values()])
-        return np.prod(ndtr(-(means - limits) / sigmas), axis=1)
+        margins, sigmas = self._margins_and_sigmas(X)
+        return np.prod(ndtr(-margins / sigmas), axis=1)

@@ -1329,12 +1329,21 @@ class SurrogateSampler(BaseSampler):
         :mod:`surrotune.surrogate.resources`); None where none could be learned."""
         if not self.resource_model or not self.use_classifier:
             return None
-        by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
-        attrs = [by_number[n].user_attrs if n in by_number else {} for n in obs.numbers]
-        device = next((a["device_limits"] for a in attrs if a.get("device_limits")), None)
+        attrs, device = self._resource_attrs(study, obs)
         params = {"seed": self._seed, "n_jobs": self.n_jobs, **dict(self.resource_params or {})}
         model = ResourceModel(**params).fit(X, attrs, device, ok)
         return model if model.informative else None
+
+    @staticmethod
+    def _resource_attrs(
+        study: Study, obs: _Observed
+    ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+        """The user attributes of the learned trials, in ``obs`` order, and the device limits
+        the first of them to record any stored: what :class:`ResourceModel` learns from."""
+        by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
+        attrs = [by_number[n].user_attrs if n in by_number else {} for n in obs.numbers]
+        device = next((a["device_limits"] for a in attrs if a.get("device_limits")), None)
+        return attrs, device
 
     def _current_fit(self, obs: _Observed, key: Any, n_features: int) -> _Fit | None:
         """The last fit, where it is of the same models (``key``, feature count) and too few
