@@ -12,6 +12,14 @@ so that the next GPU, or the next problem size, starts from them (``surrotune ru
   registers, threads: read from the error text or the recorded resource usage). ``launch``,
   ``runtime``, ``timeout`` and ``correctness`` failures are counted but not modelled: they depend
   on the GPU and driver at hand and are learned again on the new one;
+- the resource model: regressors of the compile-time resources every compiled trial reports
+  (shared memory, registers and threads per block: :class:`ResourceModel`), XGBoost's JSON and
+  the ridge's arrays, with the limit each was judged against and whether the compiler (ptxas's
+  static shared-memory limit) or the device set it. A warm start judges their predictions
+  against the *target* GPU's limits, so resource failures recur where the new limits say they
+  do, not where the old GPU's did. Absent where the source reported no resources (Kernel
+  Tuner's recordings); with it, ``resources_explained`` is the share of the source's resource
+  failures it predicts (P(fits) < 0.5);
 - the parameter encoding, written out value by value (each parameter's values and the number
   each one encodes to, and the columns combined pairwise), so that the models read
   configurations exactly as they were trained, whatever later versions of the encoding do;
@@ -62,6 +70,7 @@ from surrotune.surrogate.performance import (
     load_booster,
     objective_transform,
 )
+from surrotune.surrogate.resources import ResourceModel
 
 __all__ = [
     "BUNDLE_FORMAT",
@@ -405,6 +414,10 @@ class ModelBundle:
     created: str = ""
     version: int = BUNDLE_VERSION
     path: str | None = None
+    #: the source's learned compile-time resources (None: it reported none)
+    resources: ResourceModel | None = None
+    #: the share of the source's resource failures that ``resources`` predicts
+    resources_explained: float | None = None
 
     # -- predictions ------------------------------------------------------------------------
 
@@ -428,6 +441,13 @@ class ModelBundle:
         """P(fails with this kind on the source GPU) per transferable kind."""
         X = self.features(frame)
         return {kind: model.predict(X) for kind, model in self.failures.items()}
+
+    def predict_resources(self, frame: pd.DataFrame) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """The source's predicted ``log2(value + 1)`` of each learned resource, and its σ (empty
+        where the bundle has no resource model)."""
+        if self.resources is None or not self.resources.informative:
+            return {}
+        return self.resources.predict_log(self.features(frame))
 
     def transform_values(self, values: np.ndarray) -> np.ndarray:
         """Objective values on this bundle's model scale."""
@@ -461,7 +481,10 @@ class ModelBundle:
             "top": self.top,
             "performance": self.performance.get_state(),
             "failures": {kind: model.to_json() for kind, model in self.failures.items()},
-        }
+            "resources": None if self.resources is None else {
+                **self.resources.to_json(), "explained": self.resources_explained,
+            },
+        }  # fmt: skip
 
     def save(self, path: str | Path) -> Path:
         """Write the bundle: gzipped when the name ends in ``.gz``, else plain JSON."""
@@ -495,6 +518,7 @@ class ModelBundle:
             )
         objective = doc["objective"]
         try:
+            resources = doc.get("resources")
             return cls(
                 encoding=encoding,
                 direction=str(objective["direction"]),
@@ -514,7 +538,12 @@ class ModelBundle:
                 created=str(doc.get("created", "")),
                 version=int(doc["version"]),
                 path=path,
-            )
+                resources=ResourceModel.from_json(resources) if resources else None,
+                resources_explained=(
+                    None if not resources or resources.get("explained") is None
+                    else float(resources["explained"])
+                ),
+            )  # fmt: skip
         except BundleError:
             raise
         except (KeyError, TypeError, ValueError) as exc:
@@ -625,6 +654,7 @@ def fit_bundle(
         if kind == Status.RESOURCE.value:
             hit = Counter(resource_limit(r, limits) for r in measured if r.status.value == kind)
         failures[kind] = FailureModel.fit(kind, X, failed, seed=seed, limits=hit)
+    resources, explained = _fit_resources(measured, X, ok, limits, seed)
     order = np.argsort(y)[:TOP_CONFIGURATIONS]
     ok_results = [r for r, good in zip(measured, ok, strict=True) if good]
     top = [
@@ -648,7 +678,33 @@ def fit_bundle(
         statuses=dict(sorted(statuses.items())),
         top=top,
         created=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        resources=resources,
+        resources_explained=explained,
     )
+
+
+def _fit_resources(
+    measured: Sequence[Result],
+    X: np.ndarray,
+    ok: np.ndarray,
+    device: Mapping[str, Any],
+    seed: int,
+) -> tuple[ResourceModel | None, float | None]:
+    """The source's resource model (the sampler's :class:`ResourceModel` on every measurement)
+    and the share of its resource failures it predicts; ``(None, None)`` where the results
+    report no resources."""
+    attrs = [
+        {"shared_bytes": r.shared_bytes, "registers": r.registers,
+         "threads_per_block": r.threads_per_block, "error": r.error}
+        for r in measured
+    ]  # fmt: skip
+    model = ResourceModel(seed=seed).fit(X, attrs, device, list(ok))
+    if not model.informative:
+        return None, None
+    failed = np.array([r.status is Status.RESOURCE for r in measured])
+    if not failed.any():
+        return model, None
+    return model, float(np.mean(model.predict_fits(X[failed]) < 0.5))
 
 
 def bundle_from_study(study: Any, *, seed: int = 0) -> ModelBundle:
@@ -839,6 +895,21 @@ def format_bundle(bundle: ModelBundle) -> str:
         if model.limits:
             what += " (" + ", ".join(f"{k} {v}" for k, v in sorted(model.limits.items())) + ")"
         lines.append(f"  {kind} failure model: {what} in {model.total} measurements")
+    if bundle.resources is not None:
+        learned = bundle.resources.models_
+        parts = [
+            f"{name.replace('_', ' ')} (limit {2**m.log_limit - 1:,.0f}, set by the "
+            f"{m.limit_origin}; {'ridge + trees' if m.use_linear else 'trees'}, "
+            f"σ {m.sigma:.2f} log2)"
+            for name, m in learned.items()
+        ]
+        lines.append("  resource model: " + "; ".join(parts))
+        if bundle.resources_explained is not None:
+            lines.append(
+                f"    it predicts {100 * bundle.resources_explained:.0f} % of the source's "
+                "resource failures (P(fits) < 0.5); a warm start judges it against the "
+                "target's limits"
+            )
     if bundle.top:
         unit = "ms" if bundle.objective == "time" else bundle.objective
         lines.append(f"  best measured configurations ({min(5, len(bundle.top))} of "

@@ -48,6 +48,7 @@ is 1 everywhere. Kernel Tuner's recordings report no resources, so searches on t
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -57,10 +58,17 @@ import numpy as np
 import xgboost as xgb
 from scipy.special import ndtr
 from sklearn.linear_model import RidgeCV
-from sklearn.pipeline import Pipeline, make_pipeline
+from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-__all__ = ["RESOURCES", "LearnedResource", "ResourceModel", "resource_row"]
+__all__ = [
+    "RESOURCES",
+    "LearnedResource",
+    "ResourceModel",
+    "limit_of",
+    "resource_row",
+    "transferred_fits",
+]
 
 #: the resources learned, in column order
 RESOURCES = ("shared_bytes", "registers_per_block", "threads_per_block")
@@ -135,10 +143,20 @@ _ALPHAS = np.logspace(-3, 3, 13)
 
 
 class _Linear(NamedTuple):
-    """A ridge regression on the standardized features, and trees fitted to its residuals."""
+    """A ridge regression on the standardized features, and trees fitted to its residuals.
 
-    ridge: Pipeline
+    The ridge is kept as its arrays (``(X - center) / scale @ coef + intercept``), which is all
+    it computes and what a model bundle writes out."""
+
+    center: np.ndarray
+    scale: np.ndarray
+    coef: np.ndarray
+    intercept: float
     trees: xgb.Booster
+
+    def ridge(self, X: np.ndarray) -> np.ndarray:
+        """The ridge regression's prediction (the trees' base margin)."""
+        return ((X - self.center) / self.scale) @ self.coef + self.intercept
 
 
 class LearnedResource(NamedTuple):
@@ -149,6 +167,9 @@ class LearnedResource(NamedTuple):
     log_limit: float  # log2(limit + 1)
     sigma: float  # σ of the chosen regressor's error in log2 units (at least ``softness``)
     use_linear: bool  # the linear regressor cross-validated better and gives the prediction
+    #: where the limit came from: ``compiler`` (ptxas's static shared-memory limit, which a GPU
+    #: of the same compiler shares) or ``device`` (the device's own limits, another GPU's differ)
+    limit_origin: str = "device"
 
 
 class ResourceModel:
@@ -229,38 +250,35 @@ class ResourceModel:
 
         ``device``: the device limits (``runner.device_limits``); ``ok``: which rows ran ok
         (their values raise the limit to at least what they used)."""
-        device = device or {}
         rows = [resource_row(a) for a in attrs]
-        ok_rows = list(ok) if ok is not None else [False] * len(rows)
         self.models_ = {}
         for name in RESOURCES:
             have = [i for i, (values, _) in enumerate(rows) if name in values]
             if len(have) < self.min_rows:
                 continue
-            stated = [r[1][name] for r in rows if name in r[1]]
-            limit = min(stated) if stated else device.get(_DEVICE_KEYS[name])
-            if not limit and name == "shared_bytes":
-                limit = device.get("shared_per_block")
-            if not limit:
+            found = limit_of(name, attrs, device, ok)
+            if found is None:
                 continue
-            used_ok = [rows[i][0][name] for i in have if ok_rows[i]]
-            limit = max(float(limit), max(used_ok, default=0.0))
+            limit, origin = found
             y = np.log2(np.array([rows[i][0][name] for i in have], dtype=np.float64) + 1.0)
             if np.ptp(y) == 0 and y[0] <= math.log2(limit + 1.0):
                 continue  # constant and within the limit: it tells nothing
             rows_X = np.asarray(X, dtype=np.float32)[have]
-            self.models_[name] = self._learn(rows_X, y, math.log2(limit + 1.0))
+            self.models_[name] = self._learn(rows_X, y, math.log2(limit + 1.0), origin)
         return self
 
-    def _learn(self, X: np.ndarray, y: np.ndarray, log_limit: float) -> LearnedResource:
+    def _learn(
+        self, X: np.ndarray, y: np.ndarray, log_limit: float, origin: str
+    ) -> LearnedResource:
         trees = self._trees(X, y)
         error = self._error(X, y, linear=False)
         if not self.hybrid:
-            return LearnedResource(trees, None, log_limit, max(self.softness, error), False)
+            sigma = max(self.softness, error)
+            return LearnedResource(trees, None, log_limit, sigma, False, origin)
         linear_error = self._error(X, y, linear=True)
         use_linear = linear_error < error
         sigma = max(self.softness, min(error, linear_error))
-        return LearnedResource(trees, self._linear(X, y), log_limit, sigma, use_linear)
+        return LearnedResource(trees, self._linear(X, y), log_limit, sigma, use_linear, origin)
 
     def _params(self) -> dict[str, Any]:
         return {
@@ -276,9 +294,15 @@ class ResourceModel:
     def _linear(self, X: np.ndarray, y: np.ndarray) -> _Linear:
         """Ridge on the standardized features (its penalty by generalized cross-validation),
         then trees on what it leaves: the ridge's prediction is their base margin."""
-        ridge = make_pipeline(StandardScaler(), RidgeCV(alphas=_ALPHAS)).fit(X, y)
-        data = xgb.DMatrix(X, label=y, base_margin=ridge.predict(X), nthread=self.n_jobs)
-        return _Linear(ridge, xgb.train(self._params(), data, num_boost_round=self.n_estimators))
+        pipeline = make_pipeline(StandardScaler(), RidgeCV(alphas=_ALPHAS)).fit(X, y)
+        scaler, ridge = pipeline[0], pipeline[-1]
+        margin = pipeline.predict(X)
+        data = xgb.DMatrix(X, label=y, base_margin=margin, nthread=self.n_jobs)
+        trees = xgb.train(self._params(), data, num_boost_round=self.n_estimators)
+        center, scale, coef = (
+            np.asarray(a, dtype=np.float64) for a in (scaler.mean_, scaler.scale_, ridge.coef_)
+        )
+        return _Linear(center, scale, coef, float(ridge.intercept_), trees)
 
     @staticmethod
     def _predict_trees(model: xgb.Booster, X: np.ndarray) -> np.ndarray:
@@ -286,7 +310,7 @@ class ResourceModel:
 
     @staticmethod
     def _predict_linear(model: _Linear, X: np.ndarray) -> np.ndarray:
-        return model.trees.inplace_predict(X, base_margin=model.ridge.predict(X))
+        return model.trees.inplace_predict(X, base_margin=model.ridge(X))
 
     def _error(self, X: np.ndarray, y: np.ndarray, *, linear: bool) -> float:
         """A regressor's cross-validated root-mean-square error on these rows (on a seeded
@@ -309,22 +333,29 @@ class ResourceModel:
             errors[held] = fitted - y[held]
         return float(np.sqrt(np.mean(errors**2)))
 
+    def predict_log(self, X: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """Each learned resource's predicted ``log2(value + 1)`` and σ of that prediction, per
+        row of ``X``: what the resource is, whatever the limit (a warm start judges a source's
+        prediction against the target GPU's limits)."""
+        X = np.asarray(X, dtype=np.float32)
+        out = {}
+        for name, learned in self.models_.items():
+            trees = self._predict_trees(learned.trees, X).astype(np.float64)
+            if learned.linear is None:
+                out[name] = trees, np.full(len(X), learned.sigma)
+                continue
+            linear = self._predict_linear(learned.linear, X).astype(np.float64)
+            spread = self.disagreement * (trees - linear)
+            mean = linear if learned.use_linear else trees
+            out[name] = mean, np.sqrt(learned.sigma**2 + spread**2)
+        return out
+
     def _margins_and_sigmas(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(n, k)`` log2 of each learned resource's prediction over its limit, and ``(n, k)``
         σ of each prediction."""
-        X = np.asarray(X, dtype=np.float32)
-        margins, sigmas = [], []
-        for learned in self.models_.values():
-            trees = self._predict_trees(learned.trees, X)
-            if learned.linear is None:
-                margins.append(trees - learned.log_limit)
-                sigmas.append(np.full(len(X), learned.sigma))
-                continue
-            linear = self._predict_linear(learned.linear, X)
-            margins.append((linear if learned.use_linear else trees) - learned.log_limit)
-            spread = self.disagreement * (trees - linear)
-            sigmas.append(np.sqrt(learned.sigma**2 + spread**2))
-        return np.column_stack(margins), np.column_stack(sigmas)
+        predicted = self.predict_log(X)
+        margins = [predicted[n][0] - learned.log_limit for n, learned in self.models_.items()]
+        return np.column_stack(margins), np.column_stack([m[1] for m in predicted.values()])
 
     def margins(self, X: np.ndarray) -> np.ndarray:
         """``(n, k)``: log2 of each learned resource's prediction over its limit (> 0: past it)."""
@@ -338,3 +369,171 @@ class ResourceModel:
             return np.ones(len(X))
         margins, sigmas = self._margins_and_sigmas(X)
         return np.prod(ndtr(-margins / sigmas), axis=1)
+
+    # -- (de)serialisation: a model bundle carries the source GPU's resources ---------------
+
+    def to_json(self) -> dict[str, Any]:
+        """The learned regressors (XGBoost's own JSON model format, the ridge's arrays), each
+        resource's limit and σ, and the options that shape a prediction."""
+
+        def booster(model: xgb.Booster) -> Any:
+            return json.loads(bytes(model.save_raw("json")))
+
+        resources = {}
+        for name, learned in self.models_.items():
+            linear = None
+            if learned.linear is not None:
+                lin = learned.linear
+                linear = {
+                    "center": lin.center.tolist(), "scale": lin.scale.tolist(),
+                    "coef": lin.coef.tolist(), "intercept": lin.intercept,
+                    "trees": booster(lin.trees),
+                }  # fmt: skip
+            resources[name] = {
+                "trees": booster(learned.trees),
+                "linear": linear,
+                "limit": 2.0**learned.log_limit - 1.0,
+                "limit_origin": learned.limit_origin,
+                "sigma": learned.sigma,
+                "use_linear": learned.use_linear,
+            }
+        return {
+            "softness": self.softness,
+            "disagreement": self.disagreement,
+            "hybrid": self.hybrid,
+            "resources": resources,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ResourceModel:
+        model = cls(
+            softness=float(data.get("softness", 0.125)),
+            disagreement=float(data.get("disagreement", 0.5)),
+            hybrid=bool(data.get("hybrid", True)),
+        )
+        for name, entry in (data.get("resources") or {}).items():
+            if name not in RESOURCES:
+                raise ValueError(f"unknown resource {name!r} (known: {', '.join(RESOURCES)})")
+            linear = None
+            if entry.get("linear"):
+                lin = entry["linear"]
+                linear = _Linear(
+                    np.asarray(lin["center"], dtype=np.float64),
+                    np.asarray(lin["scale"], dtype=np.float64),
+                    np.asarray(lin["coef"], dtype=np.float64),
+                    float(lin["intercept"]),
+                    _load_booster(lin["trees"]),
+                )
+            model.models_[name] = LearnedResource(
+                _load_booster(entry["trees"]),
+                linear,
+                math.log2(float(entry["limit"]) + 1.0),
+                float(entry["sigma"]),
+                bool(entry.get("use_linear", False)),
+                str(entry.get("limit_origin", "device")),
+            )
+        return model
+
+
+def _load_booster(doc: Any) -> xgb.Booster:
+    booster = xgb.Booster()
+    booster.load_model(bytearray(json.dumps(doc).encode()))
+    return booster
+
+
+def limit_of(
+    name: str,
+    attrs: Sequence[Mapping[str, Any]],
+    device: Mapping[str, Any] | None,
+    ok: Sequence[bool] | None = None,
+    compiler: float | None = None,
+) -> tuple[float, str] | None:
+    """The limit ``name`` is judged against on these trials' GPU, and where it came from
+    (``compiler`` or ``device``); None where none is known.
+
+    The lowest limit a failure's message states (ptxas's static shared-memory limit, a
+    ``compiler`` one; the launch check's, a ``device`` one), else ``compiler`` (a limit the
+    same compiler stated on a warm start's source GPU, which outranks the device's: a kernel
+    whose shared memory is static never reaches the device's opt-in limit), else the
+    device's, raised to the most an ``ok`` trial used (an ok trial proves the limit is not
+    below it)."""
+    device = device or {}
+    ok_rows = list(ok) if ok is not None else [False] * len(attrs)
+    stated, used_ok, stated_by_compiler = [], [], False
+    for a, fine in zip(attrs, ok_rows, strict=True):
+        values, limits = resource_row(a)
+        if name in limits:
+            stated.append(limits[name])
+            error = str(a.get("error") or "")
+            stated_by_compiler |= name == "shared_bytes" and bool(_SHARED.search(error))
+        if fine and name in values:
+            used_ok.append(values[name])
+    origin = "compiler" if stated_by_compiler else "device"
+    if stated:
+        limit: float | None = min(stated)
+    elif compiler:
+        limit, origin = compiler, "compiler"
+    else:
+        limit = device.get(_DEVICE_KEYS[name])
+        if not limit and name == "shared_bytes":
+            limit = device.get("shared_per_block")
+    if not limit:
+        return None
+    return max(float(limit), max(used_ok, default=0.0)), origin
+
+
+#: rows' worth of belief in a source GPU's resource prediction: the target's own measured
+#: resources move it (an offset) and widen its σ (their spread about it) after a few rows
+_PRIOR_ROWS = 2.0
+
+
+def transferred_fits(
+    prior: Mapping[str, tuple[np.ndarray, np.ndarray]],
+    limits: Mapping[str, float],
+    residuals: Mapping[str, np.ndarray] | None = None,
+    own: ResourceModel | None = None,
+    X: np.ndarray | None = None,
+) -> np.ndarray:
+    """P(every resource fits the target GPU's limits) per candidate, from a source GPU's
+    learned resources: what a configuration uses is the kernel's and the compiler's, what it
+    may use is the GPU's, so a source's prediction judged against the *target's* limit says
+    where its resource failures recur (a smaller limit: more of them; a larger: fewer).
+
+    ``prior[name]``: the source's ``(log2(value + 1), σ)`` at the candidates; ``limits[name]``:
+    the target's limit (a resource without one is left out); ``residuals[name]``: at the
+    target's measurements that report it, measured ``log2(value + 1)`` minus the source's
+    prediction (their mean, shrunk by :data:`_PRIOR_ROWS`, shifts the prior; their spread about
+    that shift widens its σ: a compiler that allocates differently is noticed within a few
+    rows); ``own``: the target's own :class:`ResourceModel` on the candidates' features ``X``,
+    combined with the prior where both learned a resource by their precisions (the product
+    of the two normal beliefs: the target's σ is its cross-validated error, wide while its
+    rows are few, so the prior leads early and the target's data later), alone where only
+    it did.
+    """
+    residuals = residuals or {}
+    own_pred = own.predict_log(X) if own is not None and own.informative and X is not None else {}
+    sizes = [len(v[0]) for v in prior.values()] + [len(v[0]) for v in own_pred.values()]
+    p = np.ones(sizes[0] if sizes else (0 if X is None else len(X)))
+    for name in RESOURCES:
+        from_prior = name in prior and limits.get(name)
+        if name in own_pred:
+            assert own is not None
+            mean, var = own_pred[name][0], own_pred[name][1] ** 2
+            log_limit = own.models_[name].log_limit
+        if from_prior:
+            mu, sd = prior[name]
+            r = np.asarray(residuals.get(name, ()), dtype=np.float64)
+            offset = float(r.sum()) / (len(r) + _PRIOR_ROWS)
+            prior_mean = mu + offset
+            prior_var = sd**2 + float(((r - offset) ** 2).sum()) / (len(r) + 1.0)
+            if name in own_pred:
+                precision = 1.0 / var + 1.0 / prior_var
+                mean = (mean / var + prior_mean / prior_var) / precision
+                var = 1.0 / precision
+            else:
+                mean, var = prior_mean, prior_var
+                log_limit = math.log2(float(limits[name]) + 1.0)
+        elif name not in own_pred:
+            continue
+        p *= ndtr(-(mean - log_limit) / np.sqrt(var))
+    return p

@@ -96,7 +96,7 @@ from surrotune.verdicts import demoted_trials
 
 if TYPE_CHECKING:
     from surrotune.surrogate.bundle import ModelBundle
-    from surrotune.surrogate.transfer import Source, TransferFit, WarmStart
+    from surrotune.surrogate.transfer import ResourceTransfer, Source, TransferFit, WarmStart
 
 __all__ = ["SurrogateSampler"]
 
@@ -539,6 +539,8 @@ class SurrogateSampler(BaseSampler):
         self._target_device: dict[str, Any] | None = None
         #: the weights, affine maps and failure beliefs of the latest warm-started fit
         self.last_transfer: TransferFit | None = None
+        #: the last refit's resource models of the sources against the target's limits
+        self.last_resource_transfer: ResourceTransfer | None = None
 
     # ------------------------------------------------------------------ Optuna's sampler API
 
@@ -592,7 +594,7 @@ class SurrogateSampler(BaseSampler):
         rows = np.flatnonzero(available)
         phase = self._design_phase(obs, _direction_of(study)) if self._warm else "search"
         if self._warm is not None and (phase == "design" or obs.n_ok < 2):
-            choice = self._warm_design(table, obs, rows, rng, _direction_of(study))
+            choice = self._warm_design(study, table, obs, rows, rng, _direction_of(study))
             return table.config(int(rows[choice]))
         if phase == "fill":  # nothing stood out: look where the sources claim nothing
             design = _DESIGNS[self.design_criterion]
@@ -1031,6 +1033,7 @@ class SurrogateSampler(BaseSampler):
 
     def _warm_design(
         self,
+        study: Study,
         table: _Table,
         obs: _Observed,
         rows: np.ndarray,
@@ -1045,6 +1048,7 @@ class SurrogateSampler(BaseSampler):
         existing = obs.tried(table.dim)
         bests = self._design_bests(obs, direction) if self._warm.adaptive else (None, None)
         sources = self._sources(table)
+        resources = self._resource_transfer(study, table, obs)
         weights = None
         if self._warm.weighted_turns and len(sources) > 1:
             weights = self._design_weights(table, obs, direction, rng)
@@ -1056,7 +1060,7 @@ class SurrogateSampler(BaseSampler):
             # the space-filling points a cold start would measure: spread among themselves,
             # blind to the sources' picks (a misleading source must not push them away)
             picks = np.concatenate([
-                np.argsort(self._warm.design_score(sources, k), kind="stable")[
+                np.argsort(self._warm.design_score(sources, k, resources), kind="stable")[
                     : self._warm.design_pool
                 ]
                 for k in range(len(sources))
@@ -1067,7 +1071,7 @@ class SurrogateSampler(BaseSampler):
             choice = int(design(table.encoded[rows], 1, rng, existing=existing)[0])
             self._fill_picks.add(int(table.keys[rows[choice]]))
             return choice
-        flat = self._warm.indifferent(sources[which], rows) if len(existing) else None
+        flat = self._warm.indifferent(sources[which], rows, resources) if len(existing) else None
         if flat is not None:  # the source cannot rank these: spread over them
             self._flat_sources.setdefault(sources[which].bundle.label, len(flat))
             design = _DESIGNS[self.design_criterion]
@@ -1075,7 +1079,7 @@ class SurrogateSampler(BaseSampler):
             choice = int(flat[pick[0]])
             self._source_picks.add(int(table.keys[rows[choice]]))
             return choice
-        score = self._warm.design_score(sources, which)
+        score = self._warm.design_score(sources, which, resources)
         choice = pick_design(
             score, table.encoded, rows, existing, pool=self._warm.design_pool,
             gap=self._warm.design_gap,
@@ -1127,6 +1131,13 @@ class SurrogateSampler(BaseSampler):
                     s.bundle,
                     _put(s.members, missing, e.members, axis=1),
                     {k: _put(v, missing, e.fail[k]) for k, v in s.fail.items()},
+                    resources={
+                        k: (
+                            _put(m, missing, e.resources[k][0]),
+                            _put(sd, missing, e.resources[k][1]),
+                        )
+                        for k, (m, sd) in s.resources.items()
+                    },
                 )
                 for s, e in zip(out, extra, strict=True)
             ]
@@ -1144,21 +1155,49 @@ class SurrogateSampler(BaseSampler):
         feas = self._feasibility().fit(X, ok, obs.statuses)
         candidates = self._sources(table)
         observed = self._observed_sources(table, obs.keys)
+        own = self._resources(study, obs, X, ok)
+        resources = self._resource_transfer(study, table, obs, own)
         transfer = self._warm.fit(
             X=X, y=y, ok=ok, statuses=obs.statuses, observed=observed, candidates=candidates,
             X_candidates=table.features, target_device=self._target_device,
             rng=np.random.default_rng([self._seed, obs.n]), n_models=self.n_models,
             seed=self._seed, n_jobs=self.n_jobs,
+            replaced=resources.replaced if resources is not None else frozenset(),
         )  # fmt: skip
         self.last_transfer = transfer
+        self.last_resource_transfer = resources
         self._fit = _Fit(
             key=key, n=obs.n, n_features=table.features.shape[1], perf=None, feas=feas,
             direction=direction, cand_mean=transfer.mean, cand_std=transfer.std,
             cand_prior=transfer.prior, scale=scale, gate=True,
-            resources=self._resources(study, obs, X, ok),
+            resources=own if resources is None else None,
         )  # fmt: skip
         self._fit.cand_ok = self._fit.p_ok(table.features) * transfer.p_ok
+        if resources is not None:  # the target's own resource model is inside its fits
+            self._fit.cand_ok = self._fit.cand_ok * resources.fits
         return self._fit
+
+    def _resource_transfer(
+        self,
+        study: Study,
+        table: _Table,
+        obs: _Observed,
+        own: ResourceModel | None = None,
+    ) -> ResourceTransfer | None:
+        """The sources' resource models against the target GPU's limits, with what the target
+        measured (and its own resource model, ``own``); None where none applies
+        (:func:`~surrotune.surrogate.transfer.resource_transfer`) or ``resource_model`` is off."""
+        from surrotune.surrogate.transfer import resource_transfer
+
+        if self._warm is None or not self._warm.transfer_resources:
+            return None
+        if not self.resource_model or not self.use_classifier:
+            return None
+        attrs, _ = self._resource_attrs(study, obs)
+        return resource_transfer(
+            self._sources(table), self._observed_sources(table, obs.keys), attrs,
+            [v is not None for v in obs.values], self._target_device, own, table.features,
+        )  # fmt: skip
 
     # ------------------------------------------------------------------ plain-Optuna path
 

@@ -56,6 +56,7 @@ glues it to a study.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -69,9 +70,18 @@ from surrotune.surrogate.bundle import BundleError, ModelBundle, load_bundle
 from surrotune.surrogate.diversity import min_distances
 from surrotune.surrogate.geometry import LaunchShape
 from surrotune.surrogate.performance import PerformanceModel
+from surrotune.surrogate.resources import (
+    RESOURCES,
+    ResourceModel,
+    limit_of,
+    resource_row,
+    transferred_fits,
+)
 
 __all__ = [
+    "RESOURCE_EXPLAINED",
     "TRANSFER_MODES",
+    "ResourceTransfer",
     "Source",
     "TransferFit",
     "WarmStart",
@@ -94,6 +104,10 @@ _PRIOR_STRENGTH = 4.0
 _RESAMPLES = 128
 #: the ridge that pulls the affine map's slope towards 1, in observations' worth
 _SLOPE_PRIOR = 3.0
+#: a source's resource model stands in for its resource-failure classifier where it predicts at
+#: least this share of the source's own resource failures (P(fits) < 0.5): failures it cannot
+#: explain (no resource reported, a limit nobody stated) stay with the classifier
+RESOURCE_EXPLAINED = 0.9
 
 
 def as_bundles(sources: Sequence[ModelBundle | str | Path] | ModelBundle | str | Path) -> list:
@@ -295,6 +309,86 @@ def ranking_weights(
     return (best / best.sum(axis=1, keepdims=True)).mean(axis=0)
 
 
+@dataclass
+class ResourceTransfer:
+    """The sources' resource models judged against the target GPU's limits."""
+
+    fits: np.ndarray  # (n,) P(every resource fits the target's limits) per candidate
+    replaced: frozenset[str]  # labels of the sources whose resource classifier this replaces
+    limits: dict[str, float]  # resource -> the target's limit it was judged against
+
+
+def resource_transfer(
+    candidates: Sequence[Source],
+    observed: Sequence[Source],
+    attrs: Sequence[Mapping[str, Any]],
+    ok: Sequence[bool],
+    target_device: Mapping[str, Any] | None,
+    own: ResourceModel | None = None,
+    X: np.ndarray | None = None,
+) -> ResourceTransfer | None:
+    """P(fits the target's limits) per candidate from the sources' resource models.
+
+    ``candidates``/``observed``: the sources at the candidates and at the target's learned
+    measurements, whose trial attributes are ``attrs`` (``ok``: which ran ok); ``own``: the
+    target's own :class:`ResourceModel` on the candidates' features ``X``. A source counts
+    where its bundle has a resource model that explains its resource failures
+    (:data:`RESOURCE_EXPLAINED`) and the target is a GPU of the same compiler; their
+    predictions are averaged (σ widened by their disagreement). Each resource is judged
+    against the target's limit (:func:`~surrotune.surrogate.resources.limit_of`: a limit the
+    target's failures stated, else a compiler limit a source stated, else the target device's),
+    shifted by what the target measured (:func:`~surrotune.surrogate.resources.transferred_fits`).
+    None where no source counts or the target GPU is not known yet.
+    """
+    if not target_device or vendor(target_device) is None:
+        return None
+    usable = [
+        k for k, c in enumerate(candidates)
+        if c.resources and vendor(c.bundle.device) == vendor(target_device)
+        and (c.bundle.resources_explained is None
+             or c.bundle.resources_explained >= RESOURCE_EXPLAINED)
+    ]  # fmt: skip
+    if not usable:
+        return None
+    prior: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    at_obs: dict[str, np.ndarray] = {}
+    limits: dict[str, float] = {}
+    for name in RESOURCES:
+        having = [k for k in usable if name in candidates[k].resources]
+        if not having:
+            continue
+        mus = np.array([candidates[k].resources[name][0] for k in having])
+        sds = np.array([candidates[k].resources[name][1] for k in having])
+        prior[name] = mus.mean(axis=0), np.sqrt((sds**2).mean(axis=0) + mus.var(axis=0))
+        at_obs[name] = np.mean([observed[k].resources[name][0] for k in having], axis=0)
+        stated = [
+            2.0**learned.log_limit - 1.0
+            for k in having
+            if (learned := _learned(candidates[k].bundle, name)) is not None
+            and learned.limit_origin == "compiler"
+        ]
+        found = limit_of(name, attrs, target_device, ok, compiler=min(stated, default=None))
+        if found is not None:
+            limits[name] = found[0]
+    residuals: dict[str, list[float]] = {name: [] for name in prior}
+    for i, a in enumerate(attrs):
+        for name, value in resource_row(a)[0].items():
+            if name in prior:
+                residuals[name].append(math.log2(value + 1.0) - float(at_obs[name][i]))
+    fits = transferred_fits(
+        prior, limits, {k: np.asarray(v) for k, v in residuals.items()}, own, X
+    )
+    return ResourceTransfer(
+        fits=fits,
+        replaced=frozenset(candidates[k].bundle.label for k in usable),
+        limits=limits,
+    )
+
+
+def _learned(bundle: ModelBundle, name: str) -> Any:
+    return None if bundle.resources is None else bundle.resources.models_.get(name)
+
+
 # --------------------------------------------------------------------------- design
 
 
@@ -336,6 +430,8 @@ class Source:
     members: np.ndarray  # (K, n) performance predictions, the source's scale
     fail: dict[str, np.ndarray]  # kind -> P(fails with it on the source GPU), (n,)
     top: np.ndarray | None = None  # (n,) rank among the source's best measured; inf elsewhere
+    #: resource -> the source's predicted (log2(value + 1), σ), (n,) each; empty: no model
+    resources: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
 
     @property
     def mean(self) -> np.ndarray:
@@ -383,7 +479,9 @@ class Source:
                 dtype=np.float64,
             )
         members = bundle.predict(frame, members=True)
-        return cls(bundle, members, bundle.predict_failures(frame), top)
+        return cls(
+            bundle, members, bundle.predict_failures(frame), top, bundle.predict_resources(frame)
+        )
 
     def take(self, rows: np.ndarray) -> Source:
         return Source(
@@ -391,6 +489,7 @@ class Source:
             self.members[:, rows],
             {k: v[rows] for k, v in self.fail.items()},
             None if self.top is None else self.top[rows],
+            {k: (m[rows], sd[rows]) for k, (m, sd) in self.resources.items()},
         )
 
 
@@ -469,6 +568,9 @@ class WarmStart:
             design goes on with the sources' remaining picks (once), as a kernel engineer goes
             back to the old GPU's other picks when tuning around the first good one leads
             nowhere. None never resumes it.
+        transfer_resources: judge the sources' resource models (where their bundles have
+            one) against the target GPU's limits, in place of their resource-failure
+            classifiers (:func:`resource_transfer`); False keeps the classifiers.
     """
 
     def __init__(
@@ -488,6 +590,7 @@ class WarmStart:
         flat_spread: Literal["near", "space"] = "near",
         fill_after: int = 0,
         design_resume_after: int | None = None,
+        transfer_resources: bool = True,
     ) -> None:
         if mode not in TRANSFER_MODES:
             raise ValueError(f"mode must be one of {', '.join(TRANSFER_MODES)}; got {mode!r}")
@@ -520,6 +623,7 @@ class WarmStart:
                 f"design_resume_after must be >= 1 or None; got {design_resume_after}"
             )
         self.design_resume_after = design_resume_after
+        self.transfer_resources = transfer_resources
         sequence: list[bool] = []  # True: the sources choose; False: space-filling
         while len(sequence) < n_design + n_fill:
             chosen = sum(sequence)
@@ -592,28 +696,39 @@ class WarmStart:
             return int(np.argmax(weights))
         return sum(self._sequence[:turn]) % len(self.bundles)
 
-    def design_score(self, sources: Sequence[Source], which: int) -> np.ndarray:
+    def design_score(
+        self, sources: Sequence[Source], which: int, resources: ResourceTransfer | None = None
+    ) -> np.ndarray:
         """The score source ``which``'s design proposal ranks by (lower first): the source's
         best *measured* configurations first, in their measured order (a measurement beats a
         prediction: the ensemble's mean smooths an isolated optimum away), then its predicted
-        value, configurations it expects to fail (transferable kinds, P > 0.5) last."""
+        value, configurations it expects to fail (transferable kinds, P > 0.5) last. Where
+        ``resources`` replaces the source's resource classifier, the configurations it expects
+        past the *target's* limits (P(fits) < 0.5) are last instead, measured best or not."""
         source = sources[which]
+        replaced = resources is not None and source.bundle.label in resources.replaced
         expected_fail = np.zeros(source.members.shape[1], dtype=bool)
-        for p in source.fail.values():
-            expected_fail |= p > 0.5
+        for kind, p in source.fail.items():
+            if not (replaced and kind == "resource"):
+                expected_fail |= p > 0.5
         score = np.where(expected_fail, np.inf, source.mean)
         if source.top is not None:
             score = np.where(np.isfinite(source.top), source.top - 1e12, score)
+        if replaced:  # past the target's limits even what ran best on the source fails
+            assert resources is not None
+            score = np.where(resources.fits < 0.5, np.inf, score)
         return score
 
-    def indifferent(self, source: Source, rows: np.ndarray) -> np.ndarray | None:
+    def indifferent(
+        self, source: Source, rows: np.ndarray, resources: ResourceTransfer | None = None
+    ) -> np.ndarray | None:
         """Where ``source`` cannot rank its best (``design_tolerance``): the positions in
         ``rows`` of the configurations it predicts within that fraction of its best and does
         not expect to fail, when there are more of them than ``design_pool``; None otherwise
         (or when the bundle does not model a log scale, where a fraction means nothing)."""
         if self.design_tolerance is None or source.bundle.transform != "log":
             return None
-        score = self.design_score([source], 0)
+        score = self.design_score([source], 0, resources)
         mean = np.where(np.isfinite(score), source.mean, np.inf)
         if not np.isfinite(mean).any():
             return None
@@ -639,12 +754,14 @@ class WarmStart:
         n_models: int,
         seed: int,
         n_jobs: int,
+        replaced: frozenset[str] = frozenset(),
     ) -> TransferFit:
         """Fit the warm-started performance model on the target's measurements.
 
         ``X``: features of every measurement; ``y``: the transformed objective of the ``ok``
         ones, in order; ``observed``/``candidates``: the sources at the measurements and at the
-        candidates (same order as ``self.bundles``).
+        candidates (same order as ``self.bundles``); ``replaced``: the sources whose resource
+        classifier a :class:`ResourceTransfer` replaces (left out of ``p_ok``).
         """
         Xok = X[ok]
         labels = [s.bundle.label for s in candidates]
@@ -706,7 +823,7 @@ class WarmStart:
             mean, std = stacked.predict(np.column_stack([X_candidates, prior_cand]),
                                         return_std=True)  # fmt: skip
         p_ok, confidence = self._failure_factor(observed, candidates, share, statuses,
-                                                target_device)  # fmt: skip
+                                                target_device, replaced)  # fmt: skip
         return TransferFit(
             mean=np.asarray(mean, dtype=np.float64),
             std=np.asarray(std, dtype=np.float64),
@@ -726,10 +843,13 @@ class WarmStart:
         candidates: Sequence[Source],
         statuses: Sequence[str],
         target_device: Mapping[str, Any] | None,
+        replaced: frozenset[str] = frozenset(),
     ) -> np.ndarray:
         """P(no transferred failure) per candidate, the sources weighted equally."""
         share = np.full(len(candidates), 1.0 / len(candidates))
-        return self._failure_factor(observed, candidates, share, statuses, target_device)[0]
+        return self._failure_factor(
+            observed, candidates, share, statuses, target_device, replaced
+        )[0]
 
     def _failure_factor(
         self,
@@ -738,6 +858,7 @@ class WarmStart:
         share: np.ndarray,
         statuses: Sequence[str],
         target_device: Mapping[str, Any] | None,
+        replaced: frozenset[str] = frozenset(),
     ) -> tuple[np.ndarray, dict[str, float]]:
         status = np.asarray(list(statuses), dtype=object)
         n = candidates[0].members.shape[1]
@@ -746,7 +867,7 @@ class WarmStart:
         for w, obs, cand in zip(share, observed, candidates, strict=True):
             for kind, p_fail in cand.fail.items():
                 model = cand.bundle.failures[kind]
-                if not model.count:
+                if not model.count or (kind == "resource" and cand.bundle.label in replaced):
                     continue
                 prior, _ = failure_prior(kind, model.limits, cand.bundle.device, target_device)
                 expected = obs.fail[kind] > 0.5

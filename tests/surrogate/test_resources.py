@@ -434,7 +434,7 @@ def test_resource_params_reach_the_resource_model() -> None:
     fit = sampler._fit
     assert fit is not None and fit.resources is not None
     assert fit.resources.softness == 8.0
-    assert all(sigma >= 8.0 for _, _, _, sigma, _ in fit.resources.models_.values())
+    assert all(learned.sigma >= 8.0 for learned in fit.resources.models_.values())
     default = SurrogateSampler(space=SPACE, seed=0, n_startup_trials=8)
     _run_study(default, 14)
     assert default._fit is not None and default._fit.resources is not None
