@@ -47,7 +47,12 @@ Three things carry over, each undone by the new GPU's own data where the source 
    where the limits say so, low where the target has more, middling where they are unknown);
    the target's measurements of configurations the source expected to fail update it (a Beta
    posterior), so a wrong transfer is unlearned. ``launch``, ``runtime``, ``timeout`` and
-   ``correctness`` failures are not transferred: the target's classifier learns them.
+   ``correctness`` failures are not transferred: the target's classifier learns them. Where a
+   source's bundle has a resource model (what each configuration uses of shared memory,
+   registers and threads per block: the kernel's and the compiler's), its predictions judged
+   against the *target's* limits replace its resource classifier, which knows only where the
+   *source* ran out (:func:`resource_transfer`): a smaller GPU's new failures are foreseen, a
+   larger one's vanished failures are not held against it.
 
 Everything here is numpy over arrays; :class:`~surrotune.surrogate.sampler.SurrogateSampler`
 glues it to a study.
