@@ -155,6 +155,28 @@ def test_transferred_fits_follow_the_targets_limit_and_measurements() -> None:
     np.testing.assert_array_equal(transferred_fits(prior, {}), np.ones(3))
 
 
+def test_the_target_model_takes_over_only_where_it_predicts_better_than_the_prior() -> None:
+    """With the target's own resource model learned on all its rows: a prior that the target's
+    rows contradict (residuals scattered by 1.5 powers of two) gives way to it; an exact prior
+    keeps predicting (its error on the rows, 0, is not above the target model's σ)."""
+    from surrotune.surrogate.resources import ResourceModel
+
+    X = np.array([[math.log2(c["BX"]), math.log2(c["BY"]), math.log2(c["TILE"]), c["FLAG"]]
+                  for c in CONFIGS])  # fmt: skip
+    truth = np.log2(np.array([shared_of(c) for c in CONFIGS], dtype=np.float64) + 1.0)
+    attrs = [{"shared_bytes": shared_of(c)} for c in CONFIGS]
+    own = ResourceModel().fit(X, attrs, {"shared_per_block_optin": 65536}, None)
+    limits = {"shared_bytes": 65536.0}
+    scatter = np.random.default_rng(0).normal(0.0, 1.5, len(CONFIGS))
+    wrong = {"shared_bytes": (truth - scatter, np.full(len(CONFIGS), 0.125))}
+    residuals = {"shared_bytes": scatter}
+    p = transferred_fits(wrong, limits, residuals, own, X)
+    np.testing.assert_allclose(p, own.predict_fits(X), rtol=1e-6)
+    exact = {"shared_bytes": (truth, np.full(len(CONFIGS), 0.125))}
+    p = transferred_fits(exact, limits, {"shared_bytes": np.zeros(len(CONFIGS))}, own, X)
+    np.testing.assert_allclose(p, transferred_fits(exact, limits), rtol=1e-6)
+
+
 def test_resource_transfer_needs_a_known_target_of_the_same_compiler(bundle: ModelBundle) -> None:
     cand = Source.on(bundle, frame())
     obs = cand.take(np.array([], dtype=np.int64))
