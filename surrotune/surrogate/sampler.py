@@ -1029,6 +1029,14 @@ class SurrogateSampler(BaseSampler):
                 f"{label} could not rank its best ({count:,} configurations within {tolerance} "
                 "of it): its picks spread over them"
             )
+        moved = self.last_resource_transfer
+        if moved is not None and moved.limits:
+            limits = ", ".join(f"{name.replace('_', ' ')} {value:,.0f}"
+                               for name, value in moved.limits.items())  # fmt: skip
+            lines.append(
+                f"resource limits: {', '.join(sorted(moved.replaced))}'s resource model judged "
+                f"against this GPU's ({limits})"
+            )
         return lines
 
     def _warm_design(

@@ -195,10 +195,13 @@ def test_resource_transfer_needs_a_known_target_of_the_same_compiler(bundle: Mod
     assert p_fail[at_128k].max() < 0.5
 
 
-def _warm_run(bundle: ModelBundle, n: int, **warm: Any) -> list[Result]:
+def _warm_run(
+    bundle: ModelBundle, n: int, sampler: SurrogateSampler | None = None, **warm: Any
+) -> list[Result]:
     """``n`` evaluations on the small GPU, warm-started from ``bundle``; the results in order."""
     space = SearchSpace(PARAMS)
-    sampler = SurrogateSampler(space=space, seed=0, warm_start=WarmStart([bundle], **warm))
+    if sampler is None:
+        sampler = SurrogateSampler(space=space, seed=0, warm_start=WarmStart([bundle], **warm))
     study = optuna.create_study(sampler=sampler)
     study.set_user_attr("device", SMALL)
     out = []
@@ -229,3 +232,15 @@ def test_the_warm_design_leaves_out_what_the_targets_limits_refuse(bundle: Model
     best = min(r.objective for r in judged if r.ok)
     optimum = min(time_of(c) for c in CONFIGS if shared_of(c) <= 65536)
     assert best == pytest.approx(optimum)
+
+
+def test_the_end_of_a_run_names_the_limits_the_sources_were_judged_against(
+    bundle: ModelBundle,
+) -> None:
+    sampler = SurrogateSampler(space=SearchSpace(PARAMS), seed=0, warm_start=[bundle])
+    _warm_run(bundle, 14, sampler)
+    assert sampler.last_resource_transfer is not None
+    assert sampler.warm_design_summary()[-1] == (
+        "resource limits: the source's resource model judged against this GPU's (shared bytes "
+        "65,536)"
+    ).replace("the source", bundle.label)
