@@ -15,7 +15,8 @@ judging the resource limits then scores every candidate against the recording:
 - ``prior``: the sources' resource models against the target's limits, shifted by the
   target's rows (:func:`~surrotune.surrogate.transfer.resource_transfer` without ``own``);
 - ``transfer``: the same with the target's own model, whichever errs less (the default);
-- ``own*prior``: both as two gates.
+- ``own*prior``: both as two gates;
+- ``transfer*clf``: the transfer times the sources' classifiers' factor (kept, not replaced).
 
 Metrics as in ``resource_model_quality.py``: ``auc`` of P(fits) between the ok
 configurations and the resource failures, ``leak`` (failures at P ≥ 0.5), ``top`` (mean P of
@@ -87,6 +88,7 @@ def judged(target: str, bundle: str, seed: int, evaluations: int) -> dict[str, A
         "prior": prior.fits,
         "transfer": both.fits,
         "own*prior": own_p * prior.fits,
+        "transfer*clf": both.fits * classifiers,
     }
     return {"variants": variants, "status": status, "value": value}
 

@@ -896,19 +896,18 @@ def format_bundle(bundle: ModelBundle) -> str:
             what += " (" + ", ".join(f"{k} {v}" for k, v in sorted(model.limits.items())) + ")"
         lines.append(f"  {kind} failure model: {what} in {model.total} measurements")
     if bundle.resources is not None:
-        learned = bundle.resources.models_
-        parts = [
-            f"{name.replace('_', ' ')} (limit {2**m.log_limit - 1:,.0f}, set by the "
-            f"{m.limit_origin}; {'ridge + trees' if m.use_linear else 'trees'}, "
-            f"σ {m.sigma:.2f} log2)"
-            for name, m in learned.items()
-        ]
-        lines.append("  resource model: " + "; ".join(parts))
-        if bundle.resources_explained is not None:
+        explained = bundle.resources_explained
+        share = "" if explained is None else (
+            f"; predicts {100 * explained:.0f} % of its resource failures"
+        )  # fmt: skip
+        lines.append(
+            f"  resource model (a warm start judges it against the target's limits{share}):"
+        )
+        for name, m in bundle.resources.models_.items():
+            regressor = "ridge + trees" if m.use_linear else "trees"
             lines.append(
-                f"    it predicts {100 * bundle.resources_explained:.0f} % of the source's "
-                "resource failures (P(fits) < 0.5); a warm start judges it against the "
-                "target's limits"
+                f"    {name.replace('_', ' ')}: limit {2**m.log_limit - 1:,.0f} (set by the "
+                f"{m.limit_origin}), {regressor}, σ {m.sigma:.2f} log2"
             )
     if bundle.top:
         unit = "ms" if bundle.objective == "time" else bundle.objective

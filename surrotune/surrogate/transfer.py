@@ -576,6 +576,8 @@ class WarmStart:
         transfer_resources: judge the sources' resource models (where their bundles have
             one) against the target GPU's limits, in place of their resource-failure
             classifiers (:func:`resource_transfer`); False keeps the classifiers.
+        keep_resource_classifiers: with ``transfer_resources``, keep the sources' resource
+            classifiers too (both gate a candidate) instead of replacing them.
     """
 
     def __init__(
@@ -596,6 +598,7 @@ class WarmStart:
         fill_after: int = 0,
         design_resume_after: int | None = None,
         transfer_resources: bool = True,
+        keep_resource_classifiers: bool = False,
     ) -> None:
         if mode not in TRANSFER_MODES:
             raise ValueError(f"mode must be one of {', '.join(TRANSFER_MODES)}; got {mode!r}")
@@ -629,6 +632,7 @@ class WarmStart:
             )
         self.design_resume_after = design_resume_after
         self.transfer_resources = transfer_resources
+        self.keep_resource_classifiers = keep_resource_classifiers
         sequence: list[bool] = []  # True: the sources choose; False: space-filling
         while len(sequence) < n_design + n_fill:
             chosen = sum(sequence)
@@ -714,7 +718,7 @@ class WarmStart:
         replaced = resources is not None and source.bundle.label in resources.replaced
         expected_fail = np.zeros(source.members.shape[1], dtype=bool)
         for kind, p in source.fail.items():
-            if not (replaced and kind == "resource"):
+            if not (replaced and kind == "resource" and not self.keep_resource_classifiers):
                 expected_fail |= p > 0.5
         score = np.where(expected_fail, np.inf, source.mean)
         if source.top is not None:

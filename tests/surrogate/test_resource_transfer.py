@@ -107,7 +107,8 @@ def test_the_bundle_learns_the_resources_and_round_trips_them(
     truth = np.log2(np.array([shared_of(c) for c in CONFIGS], dtype=np.float64) + 1.0)
     assert np.abs(mine["shared_bytes"][0] - truth).max() < 0.1
     shown = format_bundle(loaded)
-    assert "resource model: shared bytes (limit 232,448, set by the device" in shown
+    assert "predicts 100 % of its resource failures" in shown
+    assert "    shared bytes: limit 232,448 (set by the device), " in shown
 
 
 def test_a_bundle_without_resources_loads_without_a_resource_model(
