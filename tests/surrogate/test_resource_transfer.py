@@ -221,11 +221,15 @@ def _warm_run(
     return out
 
 
-def test_the_warm_design_leaves_out_what_the_targets_limits_refuse(bundle: ModelBundle) -> None:
+@pytest.mark.parametrize("keep", [False, True])
+def test_the_warm_design_leaves_out_what_the_targets_limits_refuse(
+    bundle: ModelBundle, keep: bool
+) -> None:
     """The source's best configurations use 128 KB. Judged by the source's classifier they
     fit, and the warm design spends its first proposals on them; judged by its resource model
-    against the target's 64 KB, no design proposal fails."""
-    judged = _warm_run(bundle, 10)
+    against the target's 64 KB (with the classifier kept beside it or not), no design proposal
+    fails."""
+    judged = _warm_run(bundle, 10, keep_resource_classifiers=keep)
     classified = _warm_run(bundle, 10, transfer_resources=False)
     failed = [sum(r.status is Status.RESOURCE for r in run) for run in (judged, classified)]
     assert failed[0] == 0
@@ -245,3 +249,14 @@ def test_the_end_of_a_run_names_the_limits_the_sources_were_judged_against(
         "resource limits: the source's resource model judged against this GPU's (shared bytes "
         "65,536)"
     ).replace("the source", bundle.label)
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_the_resource_classifier_is_replaced_unless_kept(bundle: ModelBundle, keep: bool) -> None:
+    """The transferred failure beliefs name a source's resource classifier only where it still
+    gates candidates (``keep_resource_classifiers``)."""
+    warm = WarmStart([bundle], keep_resource_classifiers=keep)
+    sampler = SurrogateSampler(space=SearchSpace(PARAMS), seed=0, warm_start=warm)
+    _warm_run(bundle, 14, sampler)
+    assert sampler.last_transfer is not None and sampler.last_resource_transfer is not None
+    assert (f"{bundle.label}:resource" in sampler.last_transfer.confidence) is keep
