@@ -278,6 +278,8 @@ class ResourceModel:
         linear_error = self._error(X, y, linear=True)
         use_linear = linear_error < error
         sigma = max(self.softness, min(error, linear_error))
+        if not use_linear and self.disagreement == 0:  # the trees predict and σ is theirs
+            return LearnedResource(trees, None, log_limit, sigma, False, origin)
         return LearnedResource(trees, self._linear(X, y), log_limit, sigma, use_linear, origin)
 
     def _params(self) -> dict[str, Any]:
