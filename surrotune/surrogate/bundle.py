@@ -67,6 +67,7 @@ from surrotune.surrogate.geometry import LaunchShape, launch_shape_of_recording
 from surrotune.surrogate.performance import (
     PerformanceModel,
     apply_transform,
+    dump_booster,
     load_booster,
     objective_transform,
 )
@@ -331,7 +332,7 @@ class FailureModel:
         return model
 
     def to_json(self) -> dict[str, Any]:
-        booster = json.loads(bytes(self.booster.save_raw("json"))) if self.booster else None
+        booster = dump_booster(self.booster) if self.booster else None
         return {
             "count": self.count,
             "total": self.total,

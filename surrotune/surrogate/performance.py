@@ -27,6 +27,7 @@ __all__ = [
     "PerformanceModel",
     "PowerScale",
     "apply_transform",
+    "dump_booster",
     "load_booster",
     "objective_transform",
     "transform_objective",
@@ -299,18 +300,16 @@ class PerformanceModel:
         not depend on pickle or on this version of surrotune's classes."""
         if not hasattr(self, "boosters_"):
             raise NotFittedError("This PerformanceModel instance is not fitted yet.")
-        import json
-
         params = {name: getattr(self, name) for name in _PARAMS}
         state = {
             "params": params,
             "n_features_in": self.n_features_in_,
             "y_mean": self.y_mean_,
             "y_scale": self.y_scale_,
-            "boosters": [json.loads(bytes(b.save_raw("json"))) for b in self.boosters_],
+            "boosters": [dump_booster(b) for b in self.boosters_],
         }
         if getattr(self, "full_", None) is not None:
-            state["full"] = json.loads(bytes(self.full_.save_raw("json")))
+            state["full"] = dump_booster(self.full_)
         return state
 
     @classmethod
@@ -330,6 +329,14 @@ _PARAMS = (
     "n_models", "n_estimators", "max_depth", "learning_rate", "subsample", "colsample_bytree",
     "min_child_weight", "bootstrap", "full_mean", "seed", "n_jobs",
 )  # fmt: skip
+
+
+def dump_booster(booster: Any) -> Any:
+    """An ``xgboost.Booster`` in XGBoost's JSON model format, parsed into a dict (what
+    :func:`load_booster` reads back): portable, and embeddable in a bundle's JSON."""
+    import json
+
+    return json.loads(bytes(booster.save_raw("json")))
 
 
 def load_booster(model: Mapping[str, Any]) -> Any:

@@ -48,7 +48,6 @@ is 1 everywhere. Kernel Tuner's recordings report no resources, so searches on t
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -60,6 +59,8 @@ from scipy.special import ndtr
 from sklearn.linear_model import RidgeCV
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
+
+from surrotune.surrogate.performance import dump_booster, load_booster
 
 __all__ = [
     "RESOURCES",
@@ -377,10 +378,6 @@ class ResourceModel:
     def to_json(self) -> dict[str, Any]:
         """The learned regressors (XGBoost's own JSON model format, the ridge's arrays), each
         resource's limit and σ, and the options that shape a prediction."""
-
-        def booster(model: xgb.Booster) -> Any:
-            return json.loads(bytes(model.save_raw("json")))
-
         resources = {}
         for name, learned in self.models_.items():
             linear = None
@@ -389,10 +386,10 @@ class ResourceModel:
                 linear = {
                     "center": lin.center.tolist(), "scale": lin.scale.tolist(),
                     "coef": lin.coef.tolist(), "intercept": lin.intercept,
-                    "trees": booster(lin.trees),
+                    "trees": dump_booster(lin.trees),
                 }  # fmt: skip
             resources[name] = {
-                "trees": booster(learned.trees),
+                "trees": dump_booster(learned.trees),
                 "linear": linear,
                 "limit": 2.0**learned.log_limit - 1.0,
                 "limit_origin": learned.limit_origin,
@@ -424,10 +421,10 @@ class ResourceModel:
                     np.asarray(lin["scale"], dtype=np.float64),
                     np.asarray(lin["coef"], dtype=np.float64),
                     float(lin["intercept"]),
-                    _load_booster(lin["trees"]),
+                    load_booster(lin["trees"]),
                 )
             model.models_[name] = LearnedResource(
-                _load_booster(entry["trees"]),
+                load_booster(entry["trees"]),
                 linear,
                 math.log2(float(entry["limit"]) + 1.0),
                 float(entry["sigma"]),
@@ -435,12 +432,6 @@ class ResourceModel:
                 str(entry.get("limit_origin", "device")),
             )
         return model
-
-
-def _load_booster(doc: Any) -> xgb.Booster:
-    booster = xgb.Booster()
-    booster.load_model(bytearray(json.dumps(doc).encode()))
-    return booster
 
 
 def limit_of(

@@ -1164,7 +1164,7 @@ class SurrogateSampler(BaseSampler):
         candidates = self._sources(table)
         observed = self._observed_sources(table, obs.keys)
         own = self._resources(study, obs, X, ok)
-        resources = self._resource_transfer(study, table, obs, own)
+        resources = self._resource_transfer(study, table, obs, own, observed)
         transfer = self._warm.fit(
             X=X, y=y, ok=ok, statuses=obs.statuses, observed=observed, candidates=candidates,
             X_candidates=table.features, target_device=self._target_device,
@@ -1192,10 +1192,12 @@ class SurrogateSampler(BaseSampler):
         table: _Table,
         obs: _Observed,
         own: ResourceModel | None = None,
+        observed: Sequence[Source] | None = None,
     ) -> ResourceTransfer | None:
         """The sources' resource models against the target GPU's limits, with what the target
         measured (and its own resource model, ``own``); None where none applies
-        (:func:`~surrotune.surrogate.transfer.resource_transfer`) or ``resource_model`` is off."""
+        (:func:`~surrotune.surrogate.transfer.resource_transfer`) or ``resource_model`` is off.
+        ``observed``: the sources at the measurements, where the caller has them already."""
         from surrotune.surrogate.transfer import resource_transfer
 
         if self._warm is None or not self._warm.transfer_resources:
@@ -1203,8 +1205,10 @@ class SurrogateSampler(BaseSampler):
         if not self.resource_model or not self.use_classifier:
             return None
         attrs, _ = self._resource_attrs(study, obs)
+        if observed is None:
+            observed = self._observed_sources(table, obs.keys)
         return resource_transfer(
-            self._sources(table), self._observed_sources(table, obs.keys), attrs,
+            self._sources(table), observed, attrs,
             [v is not None for v in obs.values], self._target_device, own, table.features,
         )  # fmt: skip
 
