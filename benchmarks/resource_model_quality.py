@@ -38,17 +38,16 @@ from surrotune.surrogate import SurrogateSampler
 from surrotune.surrogate.resources import ResourceModel
 
 
-def sampler_rows(path: str, seed: int, evaluations: int) -> dict[str, Any] | None:
-    """The rows the sampler's resource model saw after ``evaluations``, and the candidates'
-    features and recorded outcomes; None where it learned no resources."""
-    dataset, space, _, _ = prepare_dataset(path)
-    sampler = SurrogateSampler(space=space, seed=seed)
+def watch_resources(
+    sampler: SurrogateSampler, dataset: Any, space: Any, evaluations: int
+) -> dict[str, Any]:
+    """Run ``evaluations`` of the replay loop with ``sampler``, keeping the arguments of the
+    last fit of its resource model (``study``, ``obs``, ``X``, ``ok``; empty: never fitted)."""
     seen: dict[str, Any] = {}
     learn = sampler._resources
 
     def keep(study: Any, obs: Any, X: np.ndarray, ok: np.ndarray) -> Any:
-        attrs, device = sampler._resource_attrs(study, obs)
-        seen.update(X=np.array(X), attrs=attrs, device=device, ok=np.array(ok))
+        seen.update(study=study, obs=obs, X=np.array(X), ok=np.array(ok))
         return learn(study, obs, X, ok)
 
     sampler._resources = keep  # type: ignore[method-assign]
@@ -56,15 +55,34 @@ def sampler_rows(path: str, seed: int, evaluations: int) -> dict[str, Any] | Non
         sampler=with_launch_shape(sampler, dataset), direction=dataset.direction
     )
     Runner(study=study, space=space, backend=ReplayBackend(dataset), trials=evaluations).run()
-    table = sampler._table
-    if not seen or sampler._fit is None or table is None:
-        return None
-    candidates = sampler._fit.augment(table.features)
-    results = [dataset.lookup(table.config(i)) for i in range(len(candidates))]
+    sampler._resources = learn  # type: ignore[method-assign]
+    return seen
+
+
+def recorded_outcomes(dataset: Any, table: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The recorded status of the first ``n`` candidates of ``table``, and their objective
+    (lower is better; inf where not ok)."""
+    results = [dataset.lookup(table.config(i)) for i in range(n)]
     status = np.array([r.status.value if r is not None else "" for r in results])
     sign = 1.0 if dataset.direction == "minimize" else -1.0
     value = np.array([sign * r.objective if r is not None and r.ok else np.inf for r in results])
-    return {**seen, "candidates": candidates, "status": status, "value": value}
+    return status, value
+
+
+def sampler_rows(path: str, seed: int, evaluations: int) -> dict[str, Any] | None:
+    """The rows the sampler's resource model saw after ``evaluations``, and the candidates'
+    features and recorded outcomes; None where it learned no resources."""
+    dataset, space, _, _ = prepare_dataset(path)
+    sampler = SurrogateSampler(space=space, seed=seed)
+    seen = watch_resources(sampler, dataset, space, evaluations)
+    table = sampler._table
+    if not seen or sampler._fit is None or table is None:
+        return None
+    attrs, device = sampler._resource_attrs(seen["study"], seen["obs"])
+    candidates = sampler._fit.augment(table.features)
+    status, value = recorded_outcomes(dataset, table, len(candidates))
+    return {"X": seen["X"], "attrs": attrs, "device": device, "ok": seen["ok"],
+            "candidates": candidates, "status": status, "value": value}  # fmt: skip
 
 
 def scores(p: np.ndarray, status: np.ndarray, value: np.ndarray) -> dict[str, float]:

@@ -34,14 +34,12 @@ import numpy as np
 import optuna
 import pandas as pd
 
-from surrotune.backends.replay import ReplayBackend
-from surrotune.bench.harness import prepare_dataset, with_launch_shape
-from surrotune.runner import Runner
+from surrotune.bench.harness import prepare_dataset
 from surrotune.surrogate import SurrogateSampler
 from surrotune.surrogate.transfer import WarmStart, resource_transfer
 
 sys.path.insert(0, str(Path(__file__).parent))
-from resource_model_quality import scores
+from resource_model_quality import recorded_outcomes, scores, watch_resources
 
 
 def judged(target: str, bundle: str, seed: int, evaluations: int) -> dict[str, Any] | None:
@@ -50,27 +48,13 @@ def judged(target: str, bundle: str, seed: int, evaluations: int) -> dict[str, A
     dataset, space, _, _ = prepare_dataset(target)
     warm = WarmStart(bundle, transfer_resources=False)
     sampler = SurrogateSampler(space=space, seed=seed, warm_start=warm)
-    seen: dict[str, Any] = {}
-    learn = sampler._resources
-
-    def keep(study: Any, obs: Any, X: np.ndarray, ok: np.ndarray) -> Any:
-        seen.update(study=study, obs=obs, X=X, ok=ok)
-        return learn(study, obs, X, ok)
-
-    sampler._resources = keep  # type: ignore[method-assign]
-    study = optuna.create_study(
-        sampler=with_launch_shape(sampler, dataset), direction=dataset.direction
-    )
-    Runner(study=study, space=space, backend=ReplayBackend(dataset), trials=evaluations).run()
+    seen = watch_resources(sampler, dataset, space, evaluations)
     table = sampler._table
     if not seen or table is None:
         return None
-    results = [dataset.lookup(table.config(i)) for i in range(len(table.features))]
-    status = np.array([r.status.value if r is not None else "" for r in results])
-    sign = 1.0 if dataset.direction == "minimize" else -1.0
-    value = np.array([sign * r.objective if r is not None and r.ok else np.inf for r in results])
+    status, value = recorded_outcomes(dataset, table, len(table.features))
     obs = seen["obs"]
-    own = learn(seen["study"], obs, seen["X"], seen["ok"])
+    own = sampler._resources(seen["study"], obs, seen["X"], seen["ok"])
     attrs, _ = sampler._resource_attrs(seen["study"], obs)
     candidates = sampler._sources(table)
     observed = sampler._observed_sources(table, obs.keys)
