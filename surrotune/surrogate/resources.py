@@ -160,6 +160,14 @@ class _Linear(NamedTuple):
         return ((X - self.center) / self.scale) @ self.coef + self.intercept
 
 
+class _Errors(NamedTuple):
+    """A resource's cross-validated root-mean-square errors, and how many rows they were on."""
+
+    rows: int
+    trees: float
+    linear: float | None  # the ridge and its trees (``hybrid``), else None
+
+
 class LearnedResource(NamedTuple):
     """One learned resource: its regressors, its limit and the spread of their error."""
 
@@ -198,6 +206,14 @@ class ResourceModel:
             (0.2 % for both, from 1.9 %) and kept more of the optimum's group (P(fits) 0.73
             against 0.69 after 20 evaluations, 0.66 without) at the failures let through of
             the trees alone (20 % against 17 % with the whole difference); docs/BENCHMARKS.md.
+        cv_growth: given the model of the previous refit (``fit``'s ``previous``), a
+            resource's cross-validated errors (its σ, and which of the two regressors predicts)
+            are taken over from it until its rows have grown by this share since they were
+            cross-validated; 0 cross-validates at every fit. The cross-validation fits six
+            boosters per resource where the fit itself fits two, three quarters of the
+            resource model's time and a third of a 200-evaluation search's (a transpose run:
+            10.2 s of 27.6 s, dev machine), while the error it estimates moves slowly with the
+            rows (2.5 log2 units after 20 evaluations, 0.6 after 50).
         seed: XGBoost seed (deterministic for a seed).
         n_jobs: XGBoost threads.
     """
@@ -214,6 +230,7 @@ class ResourceModel:
         learning_rate: float = 0.3,
         hybrid: bool = True,
         disagreement: float = 0.5,
+        cv_growth: float = 0.25,
         seed: int = 0,
         n_jobs: int = 1,
     ) -> None:
@@ -221,6 +238,8 @@ class ResourceModel:
             raise ValueError(f"softness must be positive; got {softness}")
         if disagreement < 0:
             raise ValueError(f"disagreement must be at least 0; got {disagreement}")
+        if cv_growth < 0:
+            raise ValueError(f"cv_growth must be at least 0; got {cv_growth}")
         self.softness = softness
         self.folds = folds
         self.cv_rows = cv_rows
@@ -230,10 +249,13 @@ class ResourceModel:
         self.learning_rate = learning_rate
         self.hybrid = hybrid
         self.disagreement = disagreement
+        self.cv_growth = cv_growth
         self.seed = seed
         self.n_jobs = n_jobs
         #: resource -> its regressors, limit and error spread
         self.models_: dict[str, LearnedResource] = {}
+        #: resource -> its cross-validated errors and the rows they were taken on
+        self.errors_: dict[str, _Errors] = {}
 
     @property
     def informative(self) -> bool:
@@ -246,13 +268,18 @@ class ResourceModel:
         attrs: Sequence[Mapping[str, Any]],
         device: Mapping[str, Any] | None = None,
         ok: Sequence[bool] | None = None,
+        previous: ResourceModel | None = None,
     ) -> ResourceModel:
         """Learn each resource from the rows of ``X`` whose trial attributes ``attrs`` report it.
 
         ``device``: the device limits (``runner.device_limits``); ``ok``: which rows ran ok
-        (their values raise the limit to at least what they used)."""
+        (their values raise the limit to at least what they used); ``previous``: the model of
+        the last refit on the same search, whose cross-validated errors stand until the rows
+        have grown by ``cv_growth``."""
         rows = [resource_row(a) for a in attrs]
+        earlier = previous.errors_ if previous is not None else {}
         self.models_ = {}
+        self.errors_ = {}
         for name in RESOURCES:
             have = [i for i, (values, _) in enumerate(rows) if name in values]
             if len(have) < self.min_rows:
@@ -265,18 +292,31 @@ class ResourceModel:
             if np.ptp(y) == 0 and y[0] <= math.log2(limit + 1.0):
                 continue  # constant and within the limit: it tells nothing
             rows_X = np.asarray(X, dtype=np.float32)[have]
-            self.models_[name] = self._learn(rows_X, y, math.log2(limit + 1.0), origin)
+            errors = earlier.get(name)
+            if (
+                errors is None
+                or len(y) >= errors.rows * (1.0 + self.cv_growth)
+                or (self.hybrid and errors.linear is None)
+            ):
+                errors = self._errors(rows_X, y)
+            self.errors_[name] = errors
+            self.models_[name] = self._learn(rows_X, y, math.log2(limit + 1.0), origin, errors)
         return self
 
+    def _errors(self, X: np.ndarray, y: np.ndarray) -> _Errors:
+        """The cross-validated errors of the trees and (``hybrid``) of the ridge and its trees."""
+        linear = self._error(X, y, linear=True) if self.hybrid else None
+        return _Errors(len(y), self._error(X, y, linear=False), linear)
+
     def _learn(
-        self, X: np.ndarray, y: np.ndarray, log_limit: float, origin: str
+        self, X: np.ndarray, y: np.ndarray, log_limit: float, origin: str, errors: _Errors
     ) -> LearnedResource:
         trees = self._trees(X, y)
-        error = self._error(X, y, linear=False)
-        if not self.hybrid:
+        error = errors.trees
+        if not self.hybrid or errors.linear is None:
             sigma = max(self.softness, error)
             return LearnedResource(trees, None, log_limit, sigma, False, origin)
-        linear_error = self._error(X, y, linear=True)
+        linear_error = errors.linear
         use_linear = linear_error < error
         sigma = max(self.softness, min(error, linear_error))
         if not use_linear and self.disagreement == 0:  # the trees predict and σ is theirs

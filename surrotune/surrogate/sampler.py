@@ -1179,7 +1179,7 @@ class SurrogateSampler(BaseSampler):
             key=key, n=obs.n, n_features=table.features.shape[1], perf=None, feas=feas,
             direction=direction, cand_mean=transfer.mean, cand_std=transfer.std,
             cand_prior=transfer.prior, scale=scale, gate=True,
-            resources=own if resources is None else None,
+            resources=own if resources is None else None, own_resources=own,
         )  # fmt: skip
         self._fit.cand_ok = self._fit.p_ok(table.features) * transfer.p_ok
         if resources is not None:  # the target's own resource model is inside its fits
@@ -1347,10 +1347,12 @@ class SurrogateSampler(BaseSampler):
         )  # fmt: skip
         perf.fit(X[ok], y)
         feas = self._feasibility().fit(X, ok, obs.statuses)
+        residual = self._residual_model(perf, X[ok], y, obs)
+        resources = self._resources(study, obs, X, ok)
         self._fit = _Fit(
             key=key, n=obs.n, n_features=n_features, perf=perf, feas=feas, direction=direction,
-            counters=counters, scale=scale, residual=self._residual_model(perf, X[ok], y, obs),
-            resources=self._resources(study, obs, X, ok),
+            counters=counters, scale=scale, residual=residual,
+            resources=resources, own_resources=resources,
         )  # fmt: skip
         return self._fit
 
@@ -1383,7 +1385,8 @@ class SurrogateSampler(BaseSampler):
             return None
         attrs, device = self._resource_attrs(study, obs)
         params = {"seed": self._seed, "n_jobs": self.n_jobs, **dict(self.resource_params or {})}
-        model = ResourceModel(**params).fit(X, attrs, device, ok)
+        previous = self._fit.own_resources if self._fit is not None else None
+        model = ResourceModel(**params).fit(X, attrs, device, ok, previous=previous)
         return model if model.informative else None
 
     @staticmethod
@@ -1524,6 +1527,9 @@ class _Fit:
     scale: CopulaScale | PowerScale | None = None  # on top of the log, where the models learn it
     residual: ResidualGP | None = None  # the GP on the ensemble's errors (``uncertainty``)
     resources: ResourceModel | None = None  # P(fits the resource limits), where learned
+    #: the resource model fitted on this search's own trials, also where a warm start's
+    #: transfer stands in for it: the next refit takes its cross-validated errors over
+    own_resources: ResourceModel | None = None
 
     def p_ok(self, features: np.ndarray) -> np.ndarray:
         """P(ok) of these (augmented) features: the classifier's, times P(fits the

@@ -494,3 +494,118 @@ def test_the_plain_optuna_path_learns_the_resources_too() -> None:
     assert len(keys) == len(set(keys))
     assert sampler._fit is not None and sampler._fit.resources is not None
     assert "shared_bytes" in sampler._fit.resources.models_
+
+
+# ------------------------------------------------------------------ the cross-validation schedule
+
+
+def have_rows(attrs: list[dict[str, Any]], name: str) -> list[int]:
+    """The rows that report resource ``name``."""
+    return [i for i, a in enumerate(attrs) if name in resource_row(a)[0]]
+
+
+def _counted_errors(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Record the row count of every cross-validation ResourceModel runs."""
+    calls: list[int] = []
+    errors = ResourceModel._errors
+
+    def counted(self: ResourceModel, X: np.ndarray, y: np.ndarray) -> Any:
+        calls.append(len(y))
+        return errors(self, X, y)
+
+    monkeypatch.setattr(ResourceModel, "_errors", counted)
+    return calls
+
+
+def test_a_refit_takes_the_cross_validated_errors_over_until_the_rows_grow(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Given the previous refit's model, the errors (σ, which regressor predicts) stand while
+    the rows have grown by less than ``cv_growth``; past it they are cross-validated again.
+    The regressors themselves are fitted on every row each time."""
+    order = np.random.default_rng(0).permutation(len(CONFIGS))
+    rows = [CONFIGS[i] for i in order[:60]]
+    attrs = [planted_attrs(c) for c in rows]
+    ok = [shared_of(c) <= LIMIT for c in rows]
+    X = features(rows)
+    calls = _counted_errors(monkeypatch)
+
+    def fit(n: int, previous: ResourceModel | None) -> ResourceModel:
+        return ResourceModel(cv_growth=0.25).fit(
+            X[:n], attrs[:n], DEVICE, ok[:n], previous=previous
+        )
+
+    first = fit(40, None)
+    assert len(calls) == len(first.models_) > 0
+    grown = fit(44, first)  # each resource's rows grow by under 25 %: nothing cross-validated
+    for name, learned in grown.models_.items():
+        assert first.errors_[name].rows * 1.25 > len(have_rows(attrs[:44], name))
+        assert learned.sigma == first.models_[name].sigma
+        assert grown.errors_[name] == first.errors_[name]
+    assert len(calls) == len(first.models_)
+    # the regressors did learn the new rows
+    assert not np.allclose(grown.margins(features(CONFIGS)), first.margins(features(CONFIGS)))
+    again = fit(60, grown)  # past 25 % on every resource: each is cross-validated again
+    assert len(calls) == 2 * len(first.models_)
+    for name, errors in again.errors_.items():
+        assert errors.rows == len(have_rows(attrs, name)) > first.errors_[name].rows * 1.25
+
+
+def test_without_the_schedule_every_fit_cross_validates_and_matches_a_fresh_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    order = np.random.default_rng(1).permutation(len(CONFIGS))
+    rows = [CONFIGS[i] for i in order[:45]]
+    attrs = [planted_attrs(c) for c in rows]
+    ok = [shared_of(c) <= LIMIT for c in rows]
+    X = features(rows)
+    first = ResourceModel(cv_growth=0.0).fit(X[:40], attrs[:40], DEVICE, ok[:40])
+    calls = _counted_errors(monkeypatch)
+    chained = ResourceModel(cv_growth=0.0).fit(X, attrs, DEVICE, ok, previous=first)
+    assert len(calls) == len(chained.models_)
+    fresh = ResourceModel(cv_growth=0.0).fit(X, attrs, DEVICE, ok)
+    np.testing.assert_array_equal(
+        chained.predict_fits(features(CONFIGS)), fresh.predict_fits(features(CONFIGS))
+    )
+
+
+def test_a_trees_only_model_cannot_hand_its_errors_to_a_hybrid(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A previous model without the ridge's error (``hybrid=False``) does not decide for a
+    hybrid one: it cross-validates both."""
+    train, _ = planted_split()
+    attrs = [planted_attrs(c) for c in train]
+    ok = [shared_of(c) <= LIMIT for c in train]
+    X = features(train)
+    trees = ResourceModel(hybrid=False).fit(X, attrs, DEVICE, ok)
+    calls = _counted_errors(monkeypatch)
+    hybrid = ResourceModel().fit(X, attrs, DEVICE, ok, previous=trees)
+    assert len(calls) == len(hybrid.models_)
+    assert all(e.linear is not None for e in hybrid.errors_.values())
+
+
+def test_cv_growth_must_not_be_negative() -> None:
+    with pytest.raises(ValueError, match="cv_growth"):
+        ResourceModel(cv_growth=-0.1)
+
+
+def test_the_sampler_hands_its_last_resource_model_to_the_next_refit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In a search the sampler passes each refit the resource model it fitted last, so most
+    refits reuse the errors (the rows grow by 5 % between refits, by 25 % between
+    cross-validations)."""
+    seen: list[ResourceModel | None] = []
+    fit = ResourceModel.fit
+
+    def spy(self: ResourceModel, *args: Any, previous: ResourceModel | None = None) -> Any:
+        seen.append(previous)
+        return fit(self, *args, previous=previous)
+
+    monkeypatch.setattr(ResourceModel, "fit", spy)
+    calls = _counted_errors(monkeypatch)
+    _run_study(SurrogateSampler(space=SPACE, seed=0, n_startup_trials=8), 60)
+    assert len(seen) >= 5 and seen[0] is None
+    assert all(p is not None for p in seen[-3:])
+    assert len(calls) < len(seen) * 2  # far fewer cross-validations than refits x resources
