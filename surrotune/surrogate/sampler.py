@@ -126,6 +126,8 @@ class _Observed:
     taken: set[Any] = field(default_factory=set)  # keys (ranks or tuples)
     failed_keys: list[Any] = field(default_factory=list)
     keys: list[Any] = field(default_factory=list)  # aligned with values
+    #: the learned trials' user attributes and the device limits, once read (_resource_attrs)
+    resource_attrs: tuple[list[dict[str, Any]], dict[str, Any] | None] | None = None
 
     @property
     def n(self) -> int:
@@ -1394,11 +1396,15 @@ class SurrogateSampler(BaseSampler):
         study: Study, obs: _Observed
     ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
         """The user attributes of the learned trials, in ``obs`` order, and the device limits
-        the first of them to record any stored: what :class:`ResourceModel` learns from."""
-        by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
-        attrs = [by_number[n].user_attrs if n in by_number else {} for n in obs.numbers]
-        device = next((a["device_limits"] for a in attrs if a.get("device_limits")), None)
-        return attrs, device
+        the first of them to record any stored: what :class:`ResourceModel` learns from.
+        Read once per observation set (a warm refit wants them twice, and on a database
+        storage each read is a query of every trial)."""
+        if obs.resource_attrs is None:
+            by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
+            attrs = [by_number[n].user_attrs if n in by_number else {} for n in obs.numbers]
+            device = next((a["device_limits"] for a in attrs if a.get("device_limits")), None)
+            obs.resource_attrs = attrs, device
+        return obs.resource_attrs
 
     def _current_fit(self, obs: _Observed, key: Any, n_features: int) -> _Fit | None:
         """The last fit, where it is of the same models (``key``, feature count) and too few
