@@ -344,6 +344,8 @@ class SurrogateSampler(BaseSampler):
             options of the failure classifier (``calibration``, ``calibrate_min``, ...).
         resource_params: further :class:`~surrotune.surrogate.resources.ResourceModel`
             options of the resource regressors (``softness``, ``n_estimators``, ...).
+        residual_params: further :class:`~surrotune.surrogate.residual.ResidualGP` options
+            of the GP on the ensemble's errors (``max_rows``, ``refit_growth``).
         portfolio: choose each proposal's strategy (expected improvement, exploration, the
             elites' neighbours) by a Hedge over how the model bears out each one's nominees
             (:meth:`_portfolio`), instead of the fixed ``explore_share`` and ``local_share``;
@@ -413,6 +415,7 @@ class SurrogateSampler(BaseSampler):
         model_params: Mapping[str, Any] | None = None,
         feasibility_params: Mapping[str, Any] | None = None,
         resource_params: Mapping[str, Any] | None = None,
+        residual_params: Mapping[str, Any] | None = None,
         portfolio: bool = False,
         portfolio_eta: float = 0.2,
         portfolio_floor: float = 0.1,
@@ -512,6 +515,7 @@ class SurrogateSampler(BaseSampler):
         self.model_params = model_params
         self.feasibility_params = feasibility_params
         self.resource_params = resource_params
+        self.residual_params = residual_params
         self.portfolio = portfolio
         self.portfolio_eta = portfolio_eta
         self.portfolio_floor = portfolio_floor
@@ -1370,8 +1374,12 @@ class SurrogateSampler(BaseSampler):
         if len(rows) < _MIN_RESIDUAL_ROWS:
             return None
         encoded = np.array(obs.encoded)[[v is not None for v in obs.values]][rows]
-        model = ResidualGP(correct_mean=self.uncertainty == "gp", seed=self._seed)
-        return model.fit(encoded, residuals)
+        model = ResidualGP(
+            correct_mean=self.uncertainty == "gp", seed=self._seed,
+            **dict(self.residual_params or {}),
+        )  # fmt: skip
+        previous = self._fit.residual if self._fit is not None else None
+        return model.fit(encoded, residuals, previous=previous)
 
     def _feasibility(self) -> FeasibilityModel:
         """An unfitted failure classifier with this sampler's seed and options."""

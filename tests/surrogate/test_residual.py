@@ -159,6 +159,44 @@ def test_max_rows_fits_a_seeded_subset() -> None:
     assert ResidualGP(max_rows=60).fit(X, r).gp_.X_train_.shape == (60, 3)
 
 
+def _theta(model: ResidualGP) -> np.ndarray:
+    return np.asarray(model.gp_.kernel_.theta)
+
+
+def test_a_refit_keeps_the_previous_hyperparameters_until_the_rows_grow() -> None:
+    """Given the last refit's GP, its fitted kernel stands (no likelihood optimisation) while
+    the rows grow by under ``refit_growth``; the posterior is computed on the new rows. Past it,
+    the hyperparameters are fitted again."""
+    X, r = _cluster(40, seed=4)
+    first = ResidualGP(refit_growth=0.25).fit(X[:20], r[:20])
+    assert first.fitted_rows_ == 20
+    grown = ResidualGP(refit_growth=0.25).fit(X[:24], r[:24], previous=first)
+    np.testing.assert_array_equal(_theta(grown), _theta(first))
+    assert grown.fitted_rows_ == 20
+    assert grown.gp_.X_train_.shape == (24, 2)  # the posterior has the new rows
+    fresh = ResidualGP(refit_growth=0.25).fit(X[:24], r[:24])
+    assert not np.allclose(_theta(fresh), _theta(first))  # a likelihood fit would move them
+    again = ResidualGP(refit_growth=0.25).fit(X[:25], r[:25], previous=grown)
+    assert again.fitted_rows_ == 25
+    np.testing.assert_allclose(_theta(again), _theta(ResidualGP().fit(X[:25], r[:25])))
+
+
+def test_without_the_schedule_or_with_other_columns_the_hyperparameters_are_fitted() -> None:
+    X, r = _cluster(30, seed=5)
+    first = ResidualGP().fit(X[:20], r[:20])
+    every = ResidualGP(refit_growth=0.0).fit(X[:21], r[:21], previous=first)
+    assert every.fitted_rows_ == 21
+    np.testing.assert_allclose(_theta(every), _theta(ResidualGP().fit(X[:21], r[:21])))
+    # a column that was constant now varies: the length scales cannot be taken over
+    constant = np.column_stack([X[:20], np.full(20, 0.5)])
+    before = ResidualGP().fit(constant, r[:20])
+    varying = np.column_stack([X[:21], np.r_[np.full(20, 0.5), 0.9]])
+    after = ResidualGP().fit(varying, r[:21], previous=before)
+    assert after.columns_.tolist() == [0, 1, 2] and after.fitted_rows_ == 21
+    with pytest.raises(ValueError, match="refit_growth"):
+        ResidualGP(refit_growth=-1.0)
+
+
 # ------------------------------------------------------------------ the sampler's option
 
 
@@ -415,3 +453,23 @@ def test_a_study_with_thompson_share_draws_and_never_repeats(
     if with_space:
         assert all(a * b <= 64 for a, b, _ in keys)
     assert keys == run()  # deterministic for a seed
+
+
+def test_the_sampler_refits_the_gp_on_its_last_hyperparameters_between_schedules(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each refit hands the GP the last one; most refits keep its hyperparameters, and every
+    one that keeps them has fewer than 25 % more rows than they were fitted on."""
+    kept: list[tuple[int, int]] = []
+    fit = ResidualGP.fit
+
+    def spy(self: ResidualGP, encoded: Any, residuals: Any, previous: Any = None) -> ResidualGP:
+        model = fit(self, encoded, residuals, previous=previous)
+        kept.append((model.fitted_rows_, len(model.gp_.X_train_)))
+        return model
+
+    monkeypatch.setattr(ResidualGP, "fit", spy)
+    plain_study("gp", trials=60)
+    reused = [(rows, n) for rows, n in kept if rows < n]
+    assert len(kept) >= 5 and reused
+    assert all(n < rows * 1.25 for rows, n in reused)
