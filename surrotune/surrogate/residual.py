@@ -113,8 +113,9 @@ class ResidualGP:
         self.columns_ = np.flatnonzero(np.ptp(X, axis=0) > 0)
         if len(self.columns_) == 0:
             self.columns_ = np.arange(X.shape[1])
-        keep_hyper = (
-            previous is not None
+        keep_hyper = (  # the out-of-bag rows may also shrink between refits
+            self.refit_growth > 0
+            and previous is not None
             and hasattr(previous, "gp_")
             and np.array_equal(previous.columns_, self.columns_)
             and len(r) < previous.fitted_rows_ * (1.0 + self.refit_growth)

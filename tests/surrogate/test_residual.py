@@ -187,6 +187,9 @@ def test_without_the_schedule_or_with_other_columns_the_hyperparameters_are_fitt
     every = ResidualGP(refit_growth=0.0).fit(X[:21], r[:21], previous=first)
     assert every.fitted_rows_ == 21
     np.testing.assert_allclose(_theta(every), _theta(ResidualGP().fit(X[:21], r[:21])))
+    # the out-of-bag rows can shrink between refits: without the schedule they are fitted too
+    fewer = ResidualGP(refit_growth=0.0).fit(X[:19], r[:19], previous=every)
+    assert fewer.fitted_rows_ == 19
     # a column that was constant now varies: the length scales cannot be taken over
     constant = np.column_stack([X[:20], np.full(20, 0.5)])
     before = ResidualGP().fit(constant, r[:20])
