@@ -67,10 +67,12 @@ class ResidualGP:
         refit_growth: given the previous refit's GP (``fit``'s ``previous``), its kernel's
             hyperparameters (length scales, signal and noise variance) are kept, and only the
             posterior is computed on the new rows, until the rows have grown by this share since
-            they were last fitted by maximum likelihood; 0 fits them every time. The
-            likelihood's optimisation was a quarter of a 200-evaluation search's time (a
-            transpose run: 5.7 s of 20.4 s, dev machine), and a few more rows move the
-            fitted length scales little.
+            they were last fitted by maximum likelihood; 0 (the default) fits them every time.
+            The likelihood's optimisation is a quarter of a 200-evaluation search's time (a
+            transpose run: 5.7 s of 20.4 s, dev machine), but keeping the length scales for
+            25 % more rows cost gemm_h200 its goal: 108 [86, 121] evaluations to 98 % over 20
+            seeds against 87 [72, 103], 98 at 10 % (docs/BENCHMARKS.md, "Fitting on a
+            schedule").
     """
 
     def __init__(
@@ -79,7 +81,7 @@ class ResidualGP:
         correct_mean: bool = True,
         max_rows: int = 400,
         seed: int = 0,
-        refit_growth: float = 0.25,
+        refit_growth: float = 0.0,
     ) -> None:
         if refit_growth < 0:
             raise ValueError(f"refit_growth must be at least 0; got {refit_growth}")

@@ -458,6 +458,12 @@ def test_a_study_with_thompson_share_draws_and_never_repeats(
     assert keys == run()  # deterministic for a seed
 
 
+def test_by_default_every_refit_fits_the_hyperparameters() -> None:
+    X, r = _cluster(30, seed=6)
+    first = ResidualGP().fit(X[:20], r[:20])
+    assert ResidualGP().fit(X[:21], r[:21], previous=first).fitted_rows_ == 21
+
+
 def test_the_sampler_refits_the_gp_on_its_last_hyperparameters_between_schedules(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -472,7 +478,10 @@ def test_the_sampler_refits_the_gp_on_its_last_hyperparameters_between_schedules
         return model
 
     monkeypatch.setattr(ResidualGP, "fit", spy)
-    plain_study("gp", trials=60)
+    sampler = SurrogateSampler(
+        seed=0, n_startup_trials=6, pool_size=256, residual_params={"refit_growth": 0.25}
+    )
+    optuna.create_study(sampler=sampler).optimize(objective, n_trials=60, catch=(RuntimeError,))
     reused = [(rows, n) for rows, n in kept if rows < n]
     assert len(kept) >= 5 and reused
     assert all(n < rows * 1.25 for rows, n in reused)
