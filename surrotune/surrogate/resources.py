@@ -210,10 +210,12 @@ class ResourceModel:
             resource's cross-validated errors (its σ, and which of the two regressors predicts)
             are taken over from it until its rows have grown by this share since they were
             cross-validated; 0 cross-validates at every fit. The cross-validation fits six
-            boosters per resource where the fit itself fits two, three quarters of the
-            resource model's time and a third of a 200-evaluation search's (a transpose run:
-            10.2 s of 27.6 s, dev machine), while the error it estimates moves slowly with the
-            rows (2.5 log2 units after 20 evaluations, 0.6 after 50).
+            boosters per resource where the fit itself fits two: three quarters of the
+            resource model's time, a third of a 200-evaluation search's (a transpose run,
+            10.2 s of 27.6 s, dev machine). At 10 % a search takes 17-19 % less time and
+            needed as many evaluations to 98 % over 20 seeds (gemm_h200 86.5 against 87,
+            convolution_h200 46.5 against 49.5); at 25 % the stale σ cost convolution_h200
+            17 evaluations (66.5) (docs/BENCHMARKS.md, "Fitting on a schedule").
         seed: XGBoost seed (deterministic for a seed).
         n_jobs: XGBoost threads.
     """
@@ -230,7 +232,7 @@ class ResourceModel:
         learning_rate: float = 0.3,
         hybrid: bool = True,
         disagreement: float = 0.5,
-        cv_growth: float = 0.25,
+        cv_growth: float = 0.1,
         seed: int = 0,
         n_jobs: int = 1,
     ) -> None:

@@ -594,7 +594,7 @@ def test_the_sampler_hands_its_last_resource_model_to_the_next_refit(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """In a search the sampler passes each refit the resource model it fitted last, so most
-    refits reuse the errors (the rows grow by 5 % between refits, by 25 % between
+    refits reuse the errors (the rows grow by 5 % between refits, by 10 % between
     cross-validations)."""
     seen: list[ResourceModel | None] = []
     fit = ResourceModel.fit
