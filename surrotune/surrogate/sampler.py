@@ -1176,8 +1176,7 @@ class SurrogateSampler(BaseSampler):
             X_candidates=table.features, target_device=self._target_device,
             rng=np.random.default_rng([self._seed, obs.n]), n_models=self.n_models,
             seed=self._seed, n_jobs=self.n_jobs,
-            replaced=(resources.replaced if resources is not None
-                      and not self._warm.keep_resource_classifiers else frozenset()),
+            replaced=self._warm.classifiers_replaced(resources),
         )  # fmt: skip
         self.last_transfer = transfer
         self.last_resource_transfer = resources

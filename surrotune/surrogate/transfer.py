@@ -705,6 +705,13 @@ class WarmStart:
             return int(np.argmax(weights))
         return sum(self._sequence[:turn]) % len(self.bundles)
 
+    def classifiers_replaced(self, resources: ResourceTransfer | None) -> frozenset[str]:
+        """The sources whose resource-failure classifier ``resources`` stands in for: those it
+        judges, unless ``keep_resource_classifiers`` keeps their classifiers beside it."""
+        if resources is None or self.keep_resource_classifiers:
+            return frozenset()
+        return resources.replaced
+
     def design_score(
         self, sources: Sequence[Source], which: int, resources: ResourceTransfer | None = None
     ) -> np.ndarray:
@@ -716,9 +723,10 @@ class WarmStart:
         past the *target's* limits (P(fits) < 0.5) are last instead, measured best or not."""
         source = sources[which]
         replaced = resources is not None and source.bundle.label in resources.replaced
+        without_classifier = source.bundle.label in self.classifiers_replaced(resources)
         expected_fail = np.zeros(source.members.shape[1], dtype=bool)
         for kind, p in source.fail.items():
-            if not (replaced and kind == "resource" and not self.keep_resource_classifiers):
+            if not (without_classifier and kind == "resource"):
                 expected_fail |= p > 0.5
         score = np.where(expected_fail, np.inf, source.mean)
         if source.top is not None:
