@@ -33,6 +33,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import numpy as np
+
 from surrotune.errors import SurrotuneError
 
 __all__ = [
@@ -41,6 +43,7 @@ __all__ = [
     "Occupancy",
     "OccupancyError",
     "occupancy",
+    "occupancy_arrays",
     "shared_memory_configs",
 ]
 
@@ -119,6 +122,13 @@ class DeviceLimits:
                     "expected a positive number"
                 )
         return limits
+
+    @classmethod
+    def from_limits(cls, limits: Mapping[str, Any]) -> DeviceLimits:
+        """Read the limits from a trial's ``device_limits`` attribute (``runner.device_limits``:
+        these fields' own names)."""
+        props = {prop: limits[name] for name, prop in cls.PROPERTY_NAMES.items() if name in limits}
+        return cls.from_properties(props)
 
     @property
     def max_warps_per_sm(self) -> int:
@@ -433,3 +443,26 @@ def occupancy(
         shared_per_sm=shared_per_sm,
         detail=detail,
     )
+
+
+def occupancy_arrays(
+    limits: DeviceLimits, registers: np.ndarray, threads: np.ndarray, static_shared: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Theoretical occupancy (0 to 1) and active blocks per multiprocessor of many launches at
+    once, by :func:`occupancy` itself: the sampler scores tens of thousands of candidates whose
+    *predicted* resources (rounded here to whole registers, threads and bytes) take far fewer
+    distinct values, so each distinct triple is computed once. A launch that cannot run (too
+    many threads, registers or bytes) has occupancy 0 and no blocks."""
+    triples = np.column_stack([
+        np.clip(np.ceil(np.asarray(registers, dtype=np.float64)), 0, _MAX_REGS_PER_THREAD + 1),
+        np.clip(np.rint(np.asarray(threads, dtype=np.float64)), 1, 2**20),
+        np.clip(np.rint(np.asarray(static_shared, dtype=np.float64)), 0, 2**30),
+    ]).astype(np.int64)  # fmt: skip
+    unique, inverse = np.unique(triples, axis=0, return_inverse=True)
+    fraction = np.empty(len(unique))
+    blocks = np.empty(len(unique))
+    for k, (r, t, s) in enumerate(unique):
+        result = occupancy(limits, registers=int(r), threads=int(t), static_shared=int(s))
+        fraction[k], blocks[k] = result.fraction, result.active_blocks_per_sm
+    inverse = inverse.reshape(-1)
+    return fraction[inverse], blocks[inverse]

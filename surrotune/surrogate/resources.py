@@ -60,11 +60,13 @@ from sklearn.linear_model import RidgeCV
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
+from surrotune.backends.occupancy import DeviceLimits, OccupancyError, occupancy_arrays
 from surrotune.surrogate.performance import dump_booster, load_booster
 
 __all__ = [
     "RESOURCES",
     "LearnedResource",
+    "ResourceFeatures",
     "ResourceModel",
     "limit_of",
     "resource_row",
@@ -258,6 +260,9 @@ class ResourceModel:
         self.models_: dict[str, LearnedResource] = {}
         #: resource -> its cross-validated errors and the rows they were taken on
         self.errors_: dict[str, _Errors] = {}
+        #: resource -> the one value every row reported, where it was not learned for that
+        #: reason (it cannot fail, but it still sets the occupancy: ResourceFeatures)
+        self.constants_: dict[str, float] = {}
 
     @property
     def informative(self) -> bool:
@@ -282,6 +287,7 @@ class ResourceModel:
         earlier = previous.errors_ if previous is not None else {}
         self.models_ = {}
         self.errors_ = {}
+        self.constants_ = {}
         for name in RESOURCES:
             have = [i for i, (values, _) in enumerate(rows) if name in values]
             if len(have) < self.min_rows:
@@ -292,7 +298,8 @@ class ResourceModel:
             limit, origin = found
             y = np.log2(np.array([rows[i][0][name] for i in have], dtype=np.float64) + 1.0)
             if np.ptp(y) == 0 and y[0] <= math.log2(limit + 1.0):
-                continue  # constant and within the limit: it tells nothing
+                self.constants_[name] = float(rows[have[0]][0][name])
+                continue  # constant and within the limit: it cannot fail
             rows_X = np.asarray(X, dtype=np.float32)[have]
             errors = earlier.get(name)
             if (
@@ -573,3 +580,63 @@ def transferred_fits(
             continue
         p *= ndtr(-(mean - log_limit) / np.sqrt(var))
     return p
+
+
+class ResourceFeatures:
+    """A configuration's predicted resources and the theoretical occupancy they give, as
+    columns of the performance model (``SurrogateSampler(resource_features=True)``).
+
+    Issue 3 names the compile-time registers, shared memory and theoretical occupancy among the
+    performance model's features. Measured, they exist only for what was compiled, never for the
+    candidates the model ranks; but the :class:`ResourceModel` predicts them for every
+    configuration, and the occupancy is a known function of them and of the device
+    (:func:`~surrotune.backends.occupancy.occupancy_arrays`: whole blocks per multiprocessor,
+    registers allocated per warp, the floors a tree on the parameters would need many splits
+    for). The columns are the same function for the training rows and the candidates: the
+    predictions, not the measured values, so that the model learns on what it will see.
+
+    Columns: log2 of the shared bytes per block and of the registers per thread, the
+    occupancy (0 to 1) and log2 of the active blocks per multiprocessor plus one; those whose
+    inputs were neither learned nor constant over the rows are left out, the occupancy too
+    where the device's limits are unknown or its architecture is not one the calculator knows.
+    """
+
+    def __init__(self, model: ResourceModel, device: Mapping[str, Any] | None) -> None:
+        self.model = model
+        self.limits: DeviceLimits | None = None
+        if device:
+            try:
+                self.limits = DeviceLimits.from_limits(device)
+            except OccupancyError:
+                self.limits = None
+
+    def _values(self, X: np.ndarray) -> dict[str, np.ndarray]:
+        """Each resource's predicted value (learned) or its constant, per row of ``X``."""
+        values = {name: np.full(len(X), v) for name, v in self.model.constants_.items()}
+        for name, (log_value, _) in self.model.predict_log(X).items():
+            values[name] = np.maximum(np.exp2(log_value) - 1.0, 0.0)
+        return values
+
+    def columns(self, X: np.ndarray) -> np.ndarray:
+        """``(n, k)``: the resource columns of the rows of ``X`` (k may be 0)."""
+        values = self._values(X)
+        cols = []
+        shared = values.get("shared_bytes")
+        if shared is not None:
+            cols.append(np.log2(shared + 1.0))
+        threads = values.get("threads_per_block")
+        per_block = values.get("registers_per_block")
+        if threads is not None and per_block is not None:
+            per_thread = per_block / np.maximum(threads, 1.0)
+            cols.append(np.log2(per_thread + 1.0))
+            if self.limits is not None:
+                fraction, blocks = occupancy_arrays(
+                    self.limits, per_thread, threads,
+                    shared if shared is not None else np.zeros(len(X)),
+                )  # fmt: skip
+                cols += [fraction, np.log2(blocks + 1.0)]
+        return np.column_stack(cols) if cols else np.zeros((len(X), 0))
+
+    def augment(self, X: np.ndarray) -> np.ndarray:
+        """``X`` with the resource columns appended (float32, as the models take it)."""
+        return np.hstack([np.asarray(X, dtype=np.float32), self.columns(X).astype(np.float32)])

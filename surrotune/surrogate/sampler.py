@@ -91,7 +91,7 @@ from surrotune.surrogate.performance import (
     transform_objective,
 )
 from surrotune.surrogate.residual import ResidualGP, out_of_bag_residuals
-from surrotune.surrogate.resources import ResourceModel
+from surrotune.surrogate.resources import ResourceFeatures, ResourceModel
 from surrotune.verdicts import demoted_trials
 
 if TYPE_CHECKING:
@@ -270,6 +270,10 @@ class SurrogateSampler(BaseSampler):
             message states, and multiply P(ok) by the probability that a candidate fits the
             device's limits (:mod:`surrotune.surrogate.resources`). Trials that report no
             resources (Kernel Tuner's recordings) leave it out.
+        resource_features: where the resource model learned something, its predicted shared
+            memory and registers per thread, and the theoretical occupancy they give on the
+            device (:class:`~surrotune.surrogate.resources.ResourceFeatures`), become columns
+            of the performance model, for the training rows and the candidates alike.
         length_scale: distance (in the [0, 1] encoding) at which the penalty falls to 1/e.
         max_candidates: pool size for spaces too large to enumerate.
         pool_size: random pool per proposal on the plain-Optuna path.
@@ -387,6 +391,7 @@ class SurrogateSampler(BaseSampler):
         n_jobs: int = 1,
         use_classifier: bool = True,
         resource_model: bool = True,
+        resource_features: bool = False,
         local_share: float = 0.0,
         local_elites: int = 3,
         local_radius: int = 1,
@@ -459,6 +464,7 @@ class SurrogateSampler(BaseSampler):
         self.pending_weight = pending_weight
         self.use_classifier = use_classifier
         self.resource_model = resource_model
+        self.resource_features = resource_features
         self.local_share = local_share
         self.local_elites = local_elites
         if local_radius < 1:
@@ -622,7 +628,7 @@ class SurrogateSampler(BaseSampler):
         if fit.cand_mean is None:
             assert fit.perf is not None
             features = fit.augment(table.features)
-            fit.cand_members = fit.perf.predict_members(features)
+            fit.cand_members = fit.perf.predict_members(fit.perf_input(features))
             fit.cand_mean = fit.cand_members.mean(axis=0)
             fit.cand_std = fit.cand_members.std(axis=0)
             fit.cand_ok = fit.p_ok(features)
@@ -1294,14 +1300,14 @@ class SurrogateSampler(BaseSampler):
         fit = self._refit(study, obs, cand_feat.shape[1], key=("plain", encoder.names))
         assert fit.perf is not None
         cand_feat = fit.augment(cand_feat)
-        mean, std = fit.perf.predict(cand_feat, return_std=True)
+        mean, std = fit.perf.predict(fit.perf_input(cand_feat), return_std=True)
         if fit.residual is not None:
             correction, std = fit.residual.predict(cand_enc)
             mean = mean + correction
         p_ok = fit.p_ok(cand_feat)
         pending = min_distances(cand_enc, pend_enc)
         if self.thompson_share > 0 and rng.random() < self.thompson_share:
-            members = fit.perf.predict_members(cand_feat)
+            members = fit.perf.predict_members(fit.perf_input(cand_feat))
             if fit.residual is not None:
                 members = members + correction
             choice = self._thompson_choice(fit, mean, std, p_ok, members, cand_enc, pending, rng)
@@ -1346,18 +1352,22 @@ class SurrogateSampler(BaseSampler):
         counters = self._counter_model(study, obs, X) if self.counter_features else None
         if counters is not None:
             X = counters.augment(X)
+        resources = self._resources(study, obs, X, ok)
+        derived = None
+        if self.resource_features and resources is not None:
+            derived = ResourceFeatures(resources, self._resource_attrs(study, obs)[1])
+        X_perf = derived.augment(X) if derived is not None else X
         perf = PerformanceModel(
             n_models=self.n_models, seed=self._seed, n_jobs=self.n_jobs,
             **dict(self.model_params or {}),
         )  # fmt: skip
-        perf.fit(X[ok], y)
+        perf.fit(X_perf[ok], y)
         feas = self._feasibility().fit(X, ok, obs.statuses)
-        residual = self._residual_model(perf, X[ok], y, obs)
-        resources = self._resources(study, obs, X, ok)
+        residual = self._residual_model(perf, X_perf[ok], y, obs)
         self._fit = _Fit(
             key=key, n=obs.n, n_features=n_features, perf=perf, feas=feas, direction=direction,
             counters=counters, scale=scale, residual=residual,
-            resources=resources, own_resources=resources,
+            resources=resources, own_resources=resources, resource_features=derived,
         )  # fmt: skip
         return self._fit
 
@@ -1543,6 +1553,8 @@ class _Fit:
     #: the resource model fitted on this search's own trials, also where a warm start's
     #: transfer stands in for it: the next refit takes its cross-validated errors over
     own_resources: ResourceModel | None = None
+    #: the predicted resources and occupancy as performance-model columns (resource_features)
+    resource_features: ResourceFeatures | None = None
 
     def p_ok(self, features: np.ndarray) -> np.ndarray:
         """P(ok) of these (augmented) features: the classifier's, times P(fits the
@@ -1566,6 +1578,13 @@ class _Fit:
     def augment(self, features: np.ndarray) -> np.ndarray:
         """The models' input for these configuration features (predicted counters added)."""
         return features if self.counters is None else self.counters.augment(features)
+
+    def perf_input(self, augmented: np.ndarray) -> np.ndarray:
+        """The performance model's input for :meth:`augment`'s output: with the predicted
+        resources and occupancy (``resource_features``) where they were learned."""
+        if self.resource_features is None:
+            return augmented
+        return self.resource_features.augment(augmented)
 
 
 class _Table:

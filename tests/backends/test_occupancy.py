@@ -7,11 +7,13 @@ tests/backends/test_gpu_measure.py.
 
 from __future__ import annotations
 
+import math
 import random
 import subprocess
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from surrotune.backends.compile import KernelResources
@@ -20,8 +22,10 @@ from surrotune.backends.occupancy import (
     DeviceLimits,
     OccupancyError,
     occupancy,
+    occupancy_arrays,
     shared_memory_configs,
 )
+from surrotune.runner import device_limits
 
 #: as cudaGetDeviceProperties reports them, per architecture (H200, A100, RTX 3090/4090, T4, ...)
 DEVICES: dict[str, dict[str, int]] = {
@@ -388,3 +392,33 @@ def test_kernel_occupancy_fields() -> None:
                       "occupancy_limiter": "warps+registers"}  # fmt: skip
     assert kernel_occupancy(_resources(32), 256, 0, {"name": "unknown"}) is None
     assert occupancy_fields(None) == {}
+
+
+# --------------------------------------------------------------------------- many at once
+
+
+def test_the_arrays_equal_the_calculator_launch_for_launch() -> None:
+    """``occupancy_arrays`` (the sampler's predicted resources of every candidate) is
+    :func:`occupancy` per launch, fractional predictions rounded as the compiler would count
+    (registers up, threads and bytes to the nearest), launches that cannot run at 0."""
+    rng = np.random.default_rng(0)
+    n = 2000
+    registers = rng.uniform(0, 300, n)
+    threads = rng.choice([32, 64, 96, 128, 256, 384, 512, 768, 1024, 2048], n).astype(float)
+    threads += rng.uniform(-0.4, 0.4, n)
+    shared = rng.choice([0, 1000, 16640, 49152, 100_000, 240_000], n) + rng.uniform(0, 0.4, n)
+    fraction, blocks = occupancy_arrays(H200, registers, threads, shared)
+    for k in range(n):
+        one = occupancy(H200, registers=math.ceil(registers[k]), threads=round(threads[k]),
+                        static_shared=round(shared[k]))  # fmt: skip
+        assert fraction[k] == one.fraction and blocks[k] == one.active_blocks_per_sm
+    assert (blocks == 0).any() and (fraction == 1.0).any()
+
+
+def test_a_trials_device_limits_give_the_same_calculator() -> None:
+    """The sampler reads the device from the ``device_limits`` trial attribute, which keeps the
+    fields under surrotune's names."""
+    hello = {**props("sm_90"), "name": "NVIDIA H200", "multiProcessorCount": 132}
+    assert DeviceLimits.from_limits(device_limits(hello)) == H200
+    with pytest.raises(OccupancyError, match="lack"):
+        DeviceLimits.from_limits({"max_threads_per_block": 1024})

@@ -14,12 +14,13 @@ import pytest
 from optuna.trial import TrialState
 from scipy.special import ndtr
 
+from surrotune.backends.occupancy import DeviceLimits, occupancy
 from surrotune.backends.replay import ReplayBackend, load_dataset
-from surrotune.runner import Runner
+from surrotune.runner import Runner, device_limits
 from surrotune.sampling import distributions
 from surrotune.space import SearchSpace
 from surrotune.surrogate import SurrogateSampler
-from surrotune.surrogate.resources import RESOURCES, ResourceModel, resource_row
+from surrotune.surrogate.resources import RESOURCES, ResourceFeatures, ResourceModel, resource_row
 from tests.test_runner import write_kt_cache
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -30,6 +31,14 @@ PTXAS = (
 )
 LIMIT = 49152  # 0xc000
 DEVICE = {"shared_per_block": LIMIT, "regs_per_block": 65536, "max_threads_per_block": 1024}
+#: every limit an H200's trial records (runner.device_limits of its worker's hello)
+H200_LIMITS = device_limits({
+    "name": "NVIDIA H200", "multiProcessorCount": 132, "maxBlocksPerMultiProcessor": 32,
+    "major": 9, "minor": 0, "maxThreadsPerBlock": 1024, "maxThreadsPerMultiProcessor": 2048,
+    "regsPerBlock": 65536, "regsPerMultiprocessor": 65536, "warpSize": 32,
+    "sharedMemPerBlock": LIMIT, "sharedMemPerMultiprocessor": 233472,
+    "sharedMemPerBlockOptin": 232448, "reservedSharedMemPerBlock": 1024,
+})  # fmt: skip
 
 # ------------------------------------------------------------------ resource_row
 
@@ -359,7 +368,9 @@ def test_a_seed_gives_identical_predictions() -> None:
 SPACE = SearchSpace({"block": BLOCKS, "items": ITEMS, "vec": VECS}, ["block * items <= 16384"])
 
 
-def _run_study(sampler: SurrogateSampler, n: int, *, report: bool = True) -> optuna.Study:
+def _run_study(
+    sampler: SurrogateSampler, n: int, *, report: bool = True, device: dict[str, Any] = DEVICE
+) -> optuna.Study:
     """An ask/tell study on SPACE whose trials carry what surrotune's runner stores: ok trials
     their resources and the device limits, shared-memory failures a ptxas message (``report``
     False: neither, as a Kernel Tuner recording)."""
@@ -371,7 +382,7 @@ def _run_study(sampler: SurrogateSampler, n: int, *, report: bool = True) -> opt
         shared = shared_of(config)
         attrs: dict[str, Any] = {"status": "ok"}
         if report:
-            attrs = {**planted_attrs(config), "device_limits": DEVICE}
+            attrs = {**planted_attrs(config), "device_limits": device}
         if shared > LIMIT:
             attrs["status"] = "resource"
             for name, value in attrs.items():
@@ -609,3 +620,84 @@ def test_the_sampler_hands_its_last_resource_model_to_the_next_refit(
     assert len(seen) >= 5 and seen[0] is None
     assert all(p is not None for p in seen[-3:])
     assert len(calls) < len(seen) * 2  # far fewer cross-validations than refits x resources
+
+
+# ------------------------------------------------------------------ ResourceFeatures
+
+
+def test_resource_features_are_the_predicted_resources_and_their_occupancy() -> None:
+    """The columns are the resource model's predictions (shared bytes, registers per thread)
+    and the occupancy the calculator gives for them on the trials' device: the same function
+    for every row, measured or not."""
+    train, _ = planted_split()
+    ok = [shared_of(c) <= LIMIT for c in train]
+    model = ResourceModel(seed=0).fit(
+        features(train), [planted_attrs(c) for c in train], H200_LIMITS, ok
+    )
+    X = features(CONFIGS)
+    columns = ResourceFeatures(model, H200_LIMITS).columns(X)
+    assert columns.shape == (len(CONFIGS), 4)
+    predicted = model.predict_log(X)
+    shared = np.exp2(predicted["shared_bytes"][0]) - 1
+    threads = np.exp2(predicted["threads_per_block"][0]) - 1
+    per_thread = (np.exp2(predicted["registers_per_block"][0]) - 1) / threads
+    np.testing.assert_allclose(columns[:, 0], np.log2(shared + 1), rtol=1e-9)
+    np.testing.assert_allclose(columns[:, 1], np.log2(per_thread + 1), rtol=1e-9)
+    limits = DeviceLimits.from_limits(H200_LIMITS)
+    for k in range(0, len(CONFIGS), 7):
+        one = occupancy(limits, registers=math.ceil(per_thread[k]), threads=round(threads[k]),
+                        static_shared=round(shared[k]))  # fmt: skip
+        assert columns[k, 2] == one.fraction
+        assert columns[k, 3] == pytest.approx(math.log2(one.active_blocks_per_sm + 1))
+    # the planted kernel uses 32 registers a thread, and the prediction knows it
+    assert np.median(per_thread) == pytest.approx(32, rel=0.15)
+    # blocks past the 48 KB the planted kernel fails at cannot run: no occupancy
+    fits = np.array([shared_of(c) <= LIMIT for c in CONFIGS])
+    assert columns[fits, 2].mean() > columns[~fits, 2].mean() + 0.2
+    augmented = ResourceFeatures(model, H200_LIMITS).augment(X)
+    assert augmented.dtype == np.float32 and augmented.shape == (len(CONFIGS), X.shape[1] + 4)
+    np.testing.assert_array_equal(augmented[:, : X.shape[1]], X.astype(np.float32))
+
+
+def test_without_the_device_limits_the_occupancy_is_left_out() -> None:
+    """Limits that the calculator cannot use (here: the three the resource model judges by,
+    nothing else) leave only the predicted resources."""
+    train, _ = planted_split()
+    ok = [shared_of(c) <= LIMIT for c in train]
+    attrs = [planted_attrs(c) for c in train]
+    model = ResourceModel(seed=0).fit(features(train), attrs, DEVICE, ok)
+    assert ResourceFeatures(model, DEVICE).columns(features(CONFIGS)).shape == (len(CONFIGS), 2)
+    assert ResourceFeatures(model, None).columns(features(CONFIGS)).shape == (len(CONFIGS), 2)
+
+
+def test_a_resource_that_never_varies_still_sets_the_occupancy() -> None:
+    """Every trial at 256 threads and 40 registers: not learned (it cannot fail), but the
+    occupancy needs it, so the model keeps the constant."""
+    train = [c for c in CONFIGS if shared_of(c) <= LIMIT]
+    attrs = [{"shared_bytes": shared_of(c), "registers": 40, "threads_per_block": 256}
+             for c in train]  # fmt: skip
+    model = ResourceModel(seed=0).fit(features(train), attrs, H200_LIMITS, [True] * len(train))
+    assert list(model.models_) == ["shared_bytes"]
+    assert model.constants_ == {"threads_per_block": 256.0, "registers_per_block": 10240.0}
+    columns = ResourceFeatures(model, H200_LIMITS).columns(features(CONFIGS))
+    np.testing.assert_allclose(columns[:, 1], math.log2(41))
+    # 40 registers x 256 threads: six blocks by the registers; shared memory cuts it further
+    assert columns[:, 3].max() == pytest.approx(math.log2(7))
+    assert columns[:, 3].min() < columns[:, 3].max()
+
+
+def test_resource_features_become_columns_of_the_performance_model() -> None:
+    """``resource_features=True``: the performance model learns on the features plus the four
+    columns, and ranks the candidates on the same; by default it sees the features alone."""
+    sampler = SurrogateSampler(space=SPACE, seed=0, n_startup_trials=8, resource_features=True)
+    study = _run_study(sampler, 24, device=H200_LIMITS)
+    _check_proposals(study)
+    fit, table = sampler._fit, sampler._table
+    assert fit is not None and table is not None and fit.resource_features is not None
+    assert fit.perf is not None and fit.perf.n_features_in_ == table.features.shape[1] + 4
+    assert fit.cand_mean is not None and np.isfinite(fit.cand_mean).all()
+    plain = SurrogateSampler(space=SPACE, seed=0, n_startup_trials=8)
+    _run_study(plain, 24, device=H200_LIMITS)
+    assert plain._fit is not None and plain._fit.resource_features is None
+    assert plain._fit.perf is not None
+    assert plain._fit.perf.n_features_in_ == table.features.shape[1]
