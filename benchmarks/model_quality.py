@@ -13,7 +13,10 @@ has not seen, and the table gives the mean over training sets of: the best fract
 optimum among its top 5 (``top5``; a failed configuration counts 0), the mean fraction among its
 top 20 (``top20``) and the Spearman correlation of its predictions with the truth over the unseen
 ok configurations (``rho``). ``gp=False`` leaves out the GP correction of the trees' mean
-(``uncertainty="gp"``'s residual model); every other option is a PerformanceModel argument.
+(``uncertainty="gp"``'s residual model); ``resources=True`` adds the sampler's
+``resource_features`` columns (a ResourceModel fitted on the training set's trial attributes,
+failures included; recordings that report no resources are left as they are); every other
+option is a PerformanceModel argument.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import numpy as np
 import optuna
 from scipy.stats import spearmanr
 
+from surrotune.backends.replay import ReplayBackend
 from surrotune.bench.harness import (
     SamplerSpec,
     _make,
@@ -31,8 +35,10 @@ from surrotune.bench.harness import (
     prepare_dataset,
     with_launch_shape,
 )
+from surrotune.runner import device_limits
 from surrotune.surrogate.performance import CopulaScale, PerformanceModel, transform_objective
 from surrotune.surrogate.residual import ResidualGP, out_of_bag_residuals
+from surrotune.surrogate.resources import ResourceFeatures, ResourceModel
 
 
 def recording_table(path: str) -> dict[str, np.ndarray | str]:
@@ -40,6 +46,7 @@ def recording_table(path: str) -> dict[str, np.ndarray | str]:
     of every feasible recorded configuration, built the way the sampler builds its candidate
     table."""
     dataset, space, _, summary = prepare_dataset(path)
+    device = device_limits(ReplayBackend(dataset).device())
     sampler = with_launch_shape(_make(SamplerSpec("surrogate", "s"), space, seed=0), dataset)
     table = sampler._table_for(space)
     rows = np.flatnonzero(table.allowed)
@@ -51,10 +58,15 @@ def recording_table(path: str) -> dict[str, np.ndarray | str]:
     )
     optimum = summary.optimum
     fraction = optimum / values if dataset.direction == "minimize" else values / optimum
+    attrs = []  # what the runner stores with each trial, as the sampler's resource model reads it
+    for j in keep:
+        result = results[j]
+        assert result is not None
+        attrs.append({**result.to_user_attrs(), "device_limits": device})
     return {
         "name": summary.name, "X": table.features[rows], "encoded": table.encoded[rows],
         "values": values, "fraction": np.nan_to_num(fraction, nan=0.0),
-        "direction": dataset.direction,
+        "direction": dataset.direction, "attrs": attrs, "device": device,
     }  # fmt: skip
 
 
@@ -62,19 +74,28 @@ def score_once(table: dict, n: int, rep: int, options: dict) -> tuple[float, flo
     """(top5, top20, rho) of one model fitted on one seeded random training set of ``n``."""
     options = dict(options)
     use_gp = bool(options.pop("gp", True))
+    use_resources = bool(options.pop("resources", False))
     rng = np.random.default_rng(1000 * n + rep)
     total = len(table["values"])
     train = rng.choice(total, size=n, replace=False)
     ok = train[~np.isnan(table["values"][train])]
     if len(ok) < 3:
         return None
+    X = table["X"]
+    if use_resources:
+        resources = ResourceModel(seed=rep).fit(
+            X[train], [table["attrs"][i] for i in train], table["device"],
+            ~np.isnan(table["values"][train]),
+        )  # fmt: skip
+        if resources.informative:
+            X = ResourceFeatures(resources, table["device"]).augment(X)
     y = transform_objective(table["values"][ok], table["direction"])
     y = CopulaScale().fit(y).transform(y)
-    model = PerformanceModel(seed=rep, **options).fit(table["X"][ok], y)
+    model = PerformanceModel(seed=rep, **options).fit(X[ok], y)
     test = np.setdiff1d(np.arange(total), train)
-    mean = model.predict_members(table["X"][test]).mean(axis=0)
+    mean = model.predict_members(X[test]).mean(axis=0)
     if use_gp:
-        members = model.predict_members(table["X"][ok])
+        members = model.predict_members(X[ok])
         rows, residuals = out_of_bag_residuals(members, model.out_of_bag(len(y)), y)
         if len(rows) >= 8:
             gp = ResidualGP(correct_mean=True, seed=rep).fit(table["encoded"][ok][rows], residuals)

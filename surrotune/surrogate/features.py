@@ -18,7 +18,10 @@ who knows how to compute such quantities from the parameters passes ``derive(fra
 DataFrame``; its numeric columns are appended. What the sampler does learn from them is a
 regressor of each resource on these features (:mod:`surrotune.surrogate.resources`), whose
 prediction against the device's limit multiplies P(ok): a function of the configuration, so
-the same for the training rows and the candidates.
+the same for the training rows and the candidates. Its predictions, and the theoretical
+occupancy they give, can be performance-model columns too (``SurrogateSampler(
+resource_features=True)``, off: on the H200 recordings they drew the search to the resource
+limits, docs/BENCHMARKS.md, "Predicted resources and occupancy as features").
 
 Bump :data:`FEATURES_VERSION` whenever the columns or their order change, so that a saved model
 trained on the old features is refused rather than misread.
