@@ -595,14 +595,18 @@ class ResourceFeatures:
     for). The columns are the same function for the training rows and the candidates: the
     predictions, not the measured values, so that the model learns on what it will see.
 
-    Columns: log2 of the shared bytes per block and of the registers per thread, the
-    occupancy (0 to 1) and log2 of the active blocks per multiprocessor plus one; those whose
+    Columns: log2 of the shared bytes per block and of the registers per thread (not with
+    ``occupancy_only``), the occupancy (0 to 1) and log2 of the active blocks per
+    multiprocessor plus one; those whose
     inputs were neither learned nor constant over the rows are left out, the occupancy too
     where the device's limits are unknown or its architecture is not one the calculator knows.
     """
 
-    def __init__(self, model: ResourceModel, device: Mapping[str, Any] | None) -> None:
+    def __init__(
+        self, model: ResourceModel, device: Mapping[str, Any] | None, occupancy_only: bool = False
+    ) -> None:
         self.model = model
+        self.occupancy_only = occupancy_only
         self.limits: DeviceLimits | None = None
         if device:
             try:
@@ -622,13 +626,14 @@ class ResourceFeatures:
         values = self._values(X)
         cols = []
         shared = values.get("shared_bytes")
-        if shared is not None:
+        if shared is not None and not self.occupancy_only:
             cols.append(np.log2(shared + 1.0))
         threads = values.get("threads_per_block")
         per_block = values.get("registers_per_block")
         if threads is not None and per_block is not None:
             per_thread = per_block / np.maximum(threads, 1.0)
-            cols.append(np.log2(per_thread + 1.0))
+            if not self.occupancy_only:
+                cols.append(np.log2(per_thread + 1.0))
             if self.limits is not None:
                 fraction, blocks = occupancy_arrays(
                     self.limits, per_thread, threads,

@@ -38,7 +38,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import optuna
@@ -273,7 +273,9 @@ class SurrogateSampler(BaseSampler):
         resource_features: where the resource model learned something, its predicted shared
             memory and registers per thread, and the theoretical occupancy they give on the
             device (:class:`~surrotune.surrogate.resources.ResourceFeatures`), become columns
-            of the performance model, for the training rows and the candidates alike.
+            of the performance model, for the training rows and the candidates alike;
+            ``"occupancy"``: the occupancy columns alone. Off: measured in docs/BENCHMARKS.md
+            ("Predicted resources and occupancy as features").
         length_scale: distance (in the [0, 1] encoding) at which the penalty falls to 1/e.
         max_candidates: pool size for spaces too large to enumerate.
         pool_size: random pool per proposal on the plain-Optuna path.
@@ -391,7 +393,7 @@ class SurrogateSampler(BaseSampler):
         n_jobs: int = 1,
         use_classifier: bool = True,
         resource_model: bool = True,
-        resource_features: bool = False,
+        resource_features: bool | Literal["occupancy"] = False,
         local_share: float = 0.0,
         local_elites: int = 3,
         local_radius: int = 1,
@@ -1355,7 +1357,10 @@ class SurrogateSampler(BaseSampler):
         resources = self._resources(study, obs, X, ok)
         derived = None
         if self.resource_features and resources is not None:
-            derived = ResourceFeatures(resources, self._resource_attrs(study, obs)[1])
+            derived = ResourceFeatures(
+                resources, self._resource_attrs(study, obs)[1],
+                occupancy_only=self.resource_features == "occupancy",
+            )  # fmt: skip
         X_perf = derived.augment(X) if derived is not None else X
         perf = PerformanceModel(
             n_models=self.n_models, seed=self._seed, n_jobs=self.n_jobs,

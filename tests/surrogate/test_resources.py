@@ -654,6 +654,8 @@ def test_resource_features_are_the_predicted_resources_and_their_occupancy() -> 
     # blocks past the 48 KB the planted kernel fails at cannot run: no occupancy
     fits = np.array([shared_of(c) <= LIMIT for c in CONFIGS])
     assert columns[fits, 2].mean() > columns[~fits, 2].mean() + 0.2
+    only = ResourceFeatures(model, H200_LIMITS, occupancy_only=True).columns(X)
+    np.testing.assert_array_equal(only, columns[:, 2:])
     augmented = ResourceFeatures(model, H200_LIMITS).augment(X)
     assert augmented.dtype == np.float32 and augmented.shape == (len(CONFIGS), X.shape[1] + 4)
     np.testing.assert_array_equal(augmented[:, : X.shape[1]], X.astype(np.float32))
