@@ -275,7 +275,8 @@ class SurrogateSampler(BaseSampler):
             device (:class:`~surrotune.surrogate.resources.ResourceFeatures`), become columns
             of the performance model, for the training rows and the candidates alike;
             ``"occupancy"``: the occupancy columns alone. Off: measured in docs/BENCHMARKS.md
-            ("Predicted resources and occupancy as features").
+            ("Predicted resources and occupancy as features"). Not used by a warm start's
+            models.
         length_scale: distance (in the [0, 1] encoding) at which the penalty falls to 1/e.
         max_candidates: pool size for spaces too large to enumerate.
         pool_size: random pool per proposal on the plain-Optuna path.
@@ -466,6 +467,10 @@ class SurrogateSampler(BaseSampler):
         self.pending_weight = pending_weight
         self.use_classifier = use_classifier
         self.resource_model = resource_model
+        if resource_features not in (True, False, "occupancy"):
+            raise ValueError(
+                f"resource_features must be True, False or 'occupancy'; got {resource_features!r}"
+            )
         self.resource_features = resource_features
         self.local_share = local_share
         self.local_elites = local_elites

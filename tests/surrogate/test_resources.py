@@ -703,3 +703,8 @@ def test_resource_features_become_columns_of_the_performance_model() -> None:
     assert plain._fit is not None and plain._fit.resource_features is None
     assert plain._fit.perf is not None
     assert plain._fit.perf.n_features_in_ == table.features.shape[1]
+
+
+def test_resource_features_must_be_a_known_choice() -> None:
+    with pytest.raises(ValueError, match="resource_features"):
+        SurrogateSampler(space=SPACE, resource_features="registers")  # type: ignore[arg-type]
