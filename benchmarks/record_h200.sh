@@ -8,6 +8,7 @@
 #   GPU:record:NAME     surrotune run experiments/NAME.toml --sampler brute-force, journal
 #                       STATE/NAME.log (resumed when it exists); with SIZES (M=1024,N=1024)
 #                       and LABEL (gemm_1024) at those sizes, as STATE/LABEL.log, study LABEL_h200
+#                       (the study's suffix is DEVICE_SUFFIX, _h200 unless set: _h100 on an H100)
 #   GPU:counters:NAME   surrotune counters on experiments/datasets/NAME.json.gz, written to
 #                       STATE/NAME.json.gz (resumed when it exists)
 # Everything in STATE comes back as $OUT/state.tgz (the device returns at most 8 files):
@@ -18,6 +19,7 @@
 set -u
 SECONDS_TOTAL=$1; shift
 STATE=${STATE:-out/state}; mkdir -p "$STATE"
+DEVICE_SUFFIX=${DEVICE_SUFFIX:-_h200}
 DEADLINE=$(( $(date +%s) + SECONDS_TOTAL ))
 left() { echo $(( DEADLINE - $(date +%s) )); }
 export CUDA_CACHE_DISABLE=1
@@ -33,7 +35,7 @@ run_gpu() {
     if [ "$kind" = record ]; then
       CUDA_VISIBLE_DEVICES=$gpu timeout $((secs + 30)) python3 -m surrotune run \
         "experiments/$name.toml" "${sizes[@]}" --sampler brute-force --trials 1000000 \
-        --batch-size 64 --storage "$STATE/$label.log" --study "${label}_h200" \
+        --batch-size 64 --storage "$STATE/$label.log" --study "${label}${DEVICE_SUFFIX}" \
         --timeout "${secs}s" --sanitize none --remeasure 0 --save-model none --no-progress \
         > "$STATE/$label.out" 2>&1
     else
