@@ -110,10 +110,12 @@ def test_recording_names_an_h200(recording: Dataset) -> None:
     assert (device.get("major"), device.get("minor")) == (9, 0)  # Hopper, sm_90
 
 
-# ------------------------------------------------------------------- every H200 recording
+# ------------------------------------------------------------------- every shipped recording
 
 #: every shipped brute-force recording and the experiment (and sizes) it was recorded from
 SHIPPED = sorted((REPO / "experiments" / "datasets").glob("*_h200.json.gz"))
+#: the same experiments recorded again on an H100, for transfer to another GPU
+SHIPPED_H100 = sorted((REPO / "experiments" / "datasets").glob("*_h100.json.gz"))
 
 
 def _experiment_of(path: Path) -> Path:
@@ -130,7 +132,12 @@ def test_every_template_with_a_recording_is_shipped() -> None:
     assert {f"{name}_h200.json.gz" for name in second} <= {p.name for p in SHIPPED}
 
 
-@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
+def test_every_h100_recording_has_its_h200_counterpart() -> None:
+    names = {p.name.replace("_h100.", "_h200.") for p in SHIPPED_H100}
+    assert len(SHIPPED_H100) >= 4 and names <= {p.name for p in SHIPPED}
+
+
+@pytest.mark.parametrize("path", SHIPPED + SHIPPED_H100, ids=lambda p: p.name)
 def test_a_recording_is_its_experiment_s_whole_feasible_space(path: Path) -> None:
     """A recording is a brute force: every feasible configuration of its experiment once, each
     ok one verified and timed, each failure with a Status and the message that says why."""
@@ -138,7 +145,8 @@ def test_a_recording_is_its_experiment_s_whole_feasible_space(path: Path) -> Non
     exp = load_experiment(_experiment_of(path))
     assert recording.parameters == {name: list(v) for name, v in exp.parameters.items()}
     assert recording.constraints == exp.constraints
-    assert "H200" in recording.device_name
+    gpu = "H100" if path.name.endswith("_h100.json.gz") else "H200"
+    assert gpu in recording.device_name
     assert exp.reference is not None
     space = SearchSpace(exp.parameters, exp.constraints, recording.problem_size)
     feasible = {space.key(row) for row in space.enumerate().to_dict("records")}
