@@ -169,6 +169,12 @@ class SurrogateSampler(BaseSampler):
             proposals.
         n_startup_trials: observations (ok or failed) before the models are used; until then
             proposals follow a space-filling (greedy maximin) design.
+        design_fits: None (default) draws the space-filling design from every allowed
+            configuration. A probability p: once a design point has failed for its resources,
+            the rest of the design is drawn among the configurations the resource model
+            (``resource_model``) gives P(fits) >= p. A maximin design runs to the ends of
+            every range, where the largest tiles outgrow the shared memory, and a failed
+            design point teaches the performance model nothing.
         design_pool: each space-filling proposal is the farthest from those before among this
             many random candidates: the default (``MAXIMIN_POOL``, 2,048: the whole of most
             spaces) spreads the design to the space's corners; 1 makes it a random design; in
@@ -374,6 +380,7 @@ class SurrogateSampler(BaseSampler):
         n_startup_trials: int = 10,
         design_pool: int = MAXIMIN_POOL,
         design_criterion: str = "maximin",
+        design_fits: float | None = None,
         derive: DeriveFn | None = None,
         pairwise: bool = True,
         n_models: int = 5,
@@ -440,6 +447,9 @@ class SurrogateSampler(BaseSampler):
         if design_pool < 1:
             raise ValueError(f"design_pool must be at least 1; got {design_pool}")
         self.design_pool = design_pool
+        if design_fits is not None and not 0.0 < design_fits < 1.0:
+            raise ValueError(f"design_fits must be None or in (0, 1); got {design_fits!r}")
+        self.design_fits = design_fits
         if design_criterion not in _DESIGNS:
             raise ValueError(
                 f"design_criterion must be one of {tuple(_DESIGNS)}; got {design_criterion!r}"
@@ -620,10 +630,11 @@ class SurrogateSampler(BaseSampler):
             pick = design(table.encoded[rows], 1, rng, existing=obs.tried(table.dim))
             return table.config(int(rows[pick[0]]))
         if self._warm is None and (obs.n < self.n_startup_trials or obs.n_ok < 2):
+            among = self._fitting_rows(study, obs, table, rows)
             pick = _DESIGNS[self.design_criterion](
-                table.encoded[rows], 1, rng, existing=obs.tried(table.dim), pool=self.design_pool
+                table.encoded[among], 1, rng, existing=obs.tried(table.dim), pool=self.design_pool
             )
-            return table.config(int(rows[pick[0]]))
+            return table.config(int(among[pick[0]]))
         if self._warm is None and self._stalled_design_due(obs, _direction_of(study), trial):
             design = _DESIGNS[self.design_criterion]
             pick = design(table.encoded[rows], 1, rng, existing=obs.tried(table.dim))
@@ -702,6 +713,20 @@ class SurrogateSampler(BaseSampler):
         )
         _record_prediction(study, trial, obs, fit, float(fit.cand_mean[rows][choice]))
         return table.config(int(rows[choice]))
+
+    def _fitting_rows(
+        self, study: Study, obs: _Observed, table: Any, rows: np.ndarray
+    ) -> np.ndarray:
+        """The design's candidates: ``rows``, or (``design_fits``, after a resource failure)
+        those the resource model expects to fit; ``rows`` where it can say nothing."""
+        if self.design_fits is None or "resource" not in obs.statuses or obs.n_ok < 1:
+            return rows
+        X, ok, *_ = self._training_set(study, obs)
+        model = self._resources(study, obs, X, ok)
+        if model is None:
+            return rows
+        fits = model.predict_fits(table.features[rows]) >= self.design_fits
+        return rows[fits] if fits.any() else rows
 
     def _stalled_design_due(self, obs: _Observed, direction: str, trial: FrozenTrial) -> bool:
         """Whether this proposal is one of ``design_on_stall``'s space-filling points: the
