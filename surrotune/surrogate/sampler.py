@@ -715,7 +715,7 @@ class SurrogateSampler(BaseSampler):
         return table.config(int(rows[choice]))
 
     def _fitting_rows(
-        self, study: Study, obs: _Observed, table: Any, rows: np.ndarray
+        self, study: Study, obs: _Observed, table: _Table, rows: np.ndarray
     ) -> np.ndarray:
         """The design's candidates: ``rows``, or (``design_fits``, after a resource failure)
         those the resource model expects to fit; ``rows`` where it can say nothing."""
