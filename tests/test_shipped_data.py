@@ -134,7 +134,7 @@ def test_every_template_with_a_recording_is_shipped() -> None:
 
 def test_every_h100_recording_has_its_h200_counterpart() -> None:
     names = {p.name.replace("_h100.", "_h200.") for p in SHIPPED_H100}
-    assert len(SHIPPED_H100) >= 4 and names <= {p.name for p in SHIPPED}
+    assert len(SHIPPED_H100) >= 6 and names <= {p.name for p in SHIPPED}
 
 
 @pytest.mark.parametrize("path", SHIPPED + SHIPPED_H100, ids=lambda p: p.name)
