@@ -15,8 +15,13 @@ top 20 (``top20``) and the Spearman correlation of its predictions with the trut
 ok configurations (``rho``). ``gp=False`` leaves out the GP correction of the trees' mean
 (``uncertainty="gp"``'s residual model); ``resources=True`` adds the sampler's
 ``resource_features`` columns (a ResourceModel fitted on the training set's trial attributes,
-failures included; recordings that report no resources are left as they are); every other
-option is a PerformanceModel argument.
+failures included; recordings that report no resources are left as they are); ``subsets=K``
+adds the log2 product of every 3 to K of the positive parameters (pairs are already features);
+``bore=γ`` ranks by an ensemble of XGBoost classifiers of the best γ share of the training
+rows, failures counted as not best (BORE: Tiao et al., "Bayesian optimization by density-ratio
+estimation", ICML 2021), and ``rank=True`` by boosters with a pairwise ranking objective (both
+without the GP correction); every other option is a PerformanceModel argument (``forest``
+among them).
 """
 
 from __future__ import annotations
@@ -65,9 +70,55 @@ def recording_table(path: str) -> dict[str, np.ndarray | str]:
         attrs.append({**result.to_user_attrs(), "device_limits": device})
     return {
         "name": summary.name, "X": table.features[rows], "encoded": table.encoded[rows],
+        "raw": table.raw[rows], "pair_cols": list(table.pair_cols),
         "values": values, "fraction": np.nan_to_num(fraction, nan=0.0),
         "direction": dataset.direction, "attrs": attrs, "device": device,
     }  # fmt: skip
+
+
+def subset_products(raw: np.ndarray, columns: list[int], largest: int) -> np.ndarray:
+    """log2 of the product of every subset of 3 to ``largest`` of the positive columns."""
+    from itertools import combinations
+
+    logs = np.log2(raw[:, columns]) if columns else np.zeros((len(raw), 0))
+    parts = [
+        logs[:, list(subset)].sum(axis=1)
+        for k in range(3, min(largest, len(columns)) + 1)
+        for subset in combinations(range(len(columns)), k)
+    ]
+    return np.stack(parts, axis=1) if parts else np.zeros((len(raw), 0))
+
+
+def other_model(
+    X: np.ndarray, train: np.ndarray, ok: np.ndarray, y: np.ndarray, test: np.ndarray,
+    rep: int, bore: float, rank: bool,
+) -> np.ndarray:
+    """Scores (lower is better) of the unseen rows from a classifier of the best ``bore``
+    share of the training rows (failures count as not best: BORE, Tiao et al. 2021) or from a
+    pairwise-ranking booster."""
+    import xgboost as xgb
+
+    params = {"max_depth": 5, "eta": 0.1, "subsample": 0.9, "colsample_bytree": 0.8,
+              "tree_method": "hist", "nthread": 1, "verbosity": 0}  # the sampler's boosters'
+    assert bore or rank
+    scores = []
+    for k in range(5):
+        r = np.random.default_rng(rep * 10 + k)
+        if bore:
+            pos = {int(i): v for i, v in zip(ok, y, strict=True)}
+            cut = np.quantile(y, bore)
+            label = np.array([1.0 if pos.get(int(i), np.inf) <= cut else 0.0 for i in train])
+            rows = r.integers(0, len(train), size=len(train))
+            d = xgb.DMatrix(X[train][rows], label=label[rows])
+            b = xgb.train({**params, "objective": "binary:logistic", "seed": k}, d, 120)
+            scores.append(-b.inplace_predict(X[test]))
+        else:
+            rows = r.integers(0, len(ok), size=len(ok))
+            d = xgb.DMatrix(X[ok][rows], label=-y[rows])
+            d.set_group([len(rows)])
+            b = xgb.train({**params, "objective": "rank:pairwise", "seed": k}, d, 120)
+            scores.append(-b.inplace_predict(X[test]))
+    return np.mean(scores, axis=0)
 
 
 def score_once(table: dict, n: int, rep: int, options: dict) -> tuple[float, float, float] | None:
@@ -75,6 +126,9 @@ def score_once(table: dict, n: int, rep: int, options: dict) -> tuple[float, flo
     options = dict(options)
     use_gp = bool(options.pop("gp", True))
     use_resources = bool(options.pop("resources", False))
+    subsets = int(options.pop("subsets", 0))
+    bore = float(options.pop("bore", 0.0))
+    rank = bool(options.pop("rank", False))
     rng = np.random.default_rng(1000 * n + rep)
     total = len(table["values"])
     train = rng.choice(total, size=n, replace=False)
@@ -82,6 +136,8 @@ def score_once(table: dict, n: int, rep: int, options: dict) -> tuple[float, flo
     if len(ok) < 3:
         return None
     X = table["X"]
+    if subsets >= 3:
+        X = np.concatenate([X, subset_products(table["raw"], table["pair_cols"], subsets)], axis=1)
     if use_resources:
         resources = ResourceModel(seed=rep).fit(
             X[train], [table["attrs"][i] for i in train], table["device"],
@@ -91,9 +147,13 @@ def score_once(table: dict, n: int, rep: int, options: dict) -> tuple[float, flo
             X = ResourceFeatures(resources, table["device"]).augment(X)
     y = transform_objective(table["values"][ok], table["direction"])
     y = CopulaScale().fit(y).transform(y)
-    model = PerformanceModel(seed=rep, **options).fit(X[ok], y)
     test = np.setdiff1d(np.arange(total), train)
-    mean = model.predict_members(X[test]).mean(axis=0)
+    if bore or rank:
+        mean = other_model(X, train, ok, y, test, rep, bore, rank)
+        use_gp = False
+    else:
+        model = PerformanceModel(seed=rep, **options).fit(X[ok], y)
+        mean = model.predict_members(X[test]).mean(axis=0)
     if use_gp:
         members = model.predict_members(X[ok])
         rows, residuals = out_of_bag_residuals(members, model.out_of_bag(len(y)), y)

@@ -162,6 +162,16 @@ class PerformanceModel:
             the one fast configuration predicts its whole region slow).
         seed: seeds member ``k`` with ``seed + k``; the model is deterministic for a seed.
         n_jobs: XGBoost threads per model.
+        forest: None (default: the XGBoost ensemble above), or ``"extra"`` / ``"random"``:
+            instead, ``n_trees`` scikit-learn extremely randomised (Geurts et al. 2006) or CART
+            trees, each on its own bootstrap resample (``max_features``, ``min_samples_leaf``
+            as scikit-learn's), every tree a member. Screened against the ensemble
+            (docs/BENCHMARKS.md, "Forests, a ranking objective, BORE"): it ranks unseen
+            configurations better offline and did not search better; not adopted, and a
+            forest model cannot be saved in a bundle (:meth:`get_state` refuses it).
+        n_trees: see ``forest``.
+        min_samples_leaf: see ``forest``.
+        max_features: see ``forest``.
     """
 
     def __init__(
@@ -178,7 +188,15 @@ class PerformanceModel:
         full_mean: bool = False,
         seed: int = 0,
         n_jobs: int = 1,
+        forest: str | None = None,
+        n_trees: int = 100,
+        min_samples_leaf: int = 1,
+        max_features: float = 0.5,
     ) -> None:
+        self.forest = forest
+        self.n_trees = n_trees
+        self.min_samples_leaf = min_samples_leaf
+        self.max_features = max_features
         self.n_models = n_models
         self.n_estimators = n_estimators
         self.max_depth = max_depth
@@ -207,6 +225,23 @@ class PerformanceModel:
         self.y_mean_ = float(y.mean())
         self.y_scale_ = float(y.std()) or 1.0
         target = (y - self.y_mean_) / self.y_scale_
+        if self.forest not in (None, "extra", "random"):
+            raise ValueError(f"forest must be None, 'extra' or 'random'; got {self.forest!r}")
+        if self.forest is not None:
+            from sklearn.tree import DecisionTreeRegressor, ExtraTreeRegressor
+
+            cls = DecisionTreeRegressor if self.forest == "random" else ExtraTreeRegressor
+            rng = np.random.default_rng(self.seed)
+            self.trees_, self.rows_ = [], []
+            for k in range(self.n_trees):
+                rows = rng.integers(0, len(y), size=len(y))
+                tree = cls(min_samples_leaf=self.min_samples_leaf, max_features=self.max_features,
+                           random_state=self.seed * 1000 + k)
+                self.trees_.append(tree.fit(X[rows], target[rows]))
+                self.rows_.append(rows)
+            self.boosters_ = []
+            self.full_ = None
+            return self
         params: dict[str, Any] = {
             "objective": "reg:squarederror",
             "max_depth": self.max_depth,
@@ -273,6 +308,9 @@ class PerformanceModel:
                 f"X has {X.shape[-1]} features, but this model was fitted with "
                 f"{self.n_features_in_}"
             )
+        if getattr(self, "trees_", None) is not None:
+            preds = np.stack([t.predict(X) for t in self.trees_])
+            return preds.astype(np.float64) * self.y_scale_ + self.y_mean_
         preds = np.stack([b.inplace_predict(X) for b in self.boosters_]).astype(np.float64)
         full = getattr(self, "full_", None)
         if full is not None:
@@ -300,6 +338,12 @@ class PerformanceModel:
         not depend on pickle or on this version of surrotune's classes."""
         if not hasattr(self, "boosters_"):
             raise NotFittedError("This PerformanceModel instance is not fitted yet.")
+        if self.forest is not None:
+            raise ValueError(
+                f"a PerformanceModel(forest={self.forest!r}) cannot be saved: a bundle holds "
+                "XGBoost members in XGBoost's own format; save a study searched with the "
+                "default model"
+            )
         params = {name: getattr(self, name) for name in _PARAMS}
         state = {
             "params": params,

@@ -157,6 +157,31 @@ def test_full_mean_keeps_a_lone_fast_measurement_that_bootstrap_members_miss() -
     np.testing.assert_array_equal(loaded.predict_members(X), members)
 
 
+@pytest.mark.parametrize("forest", ["extra", "random"])
+def test_forest_members_are_trees_on_their_own_bootstrap_resamples(forest: str) -> None:
+    """``forest``: every tree a member, each on its own resample (so out-of-bag errors, which
+    the residual GP learns, are honest ones), deterministic for a seed; it cannot be saved."""
+    rng = np.random.default_rng(2)
+    X = rng.uniform(size=(80, 3))
+    y = 3 * X[:, 0] - 2 * X[:, 1]
+    model = PerformanceModel(forest=forest, n_trees=12, seed=4).fit(X, y)
+    members = model.predict_members(X)
+    assert members.shape == (12, 80)
+    mean, std = model.predict(X, return_std=True)
+    assert np.corrcoef(mean, y)[0, 1] > 0.95 and std.max() > 0
+    out = model.out_of_bag(len(y))
+    assert out.shape == (12, 80) and 0.25 < out.mean() < 0.5  # (1 - 1/n)^n, about 0.37
+    k = 3
+    in_bag = np.flatnonzero(~out[k])
+    assert np.abs(members[k, in_bag] - y[in_bag]).max() < 1e-9  # a full tree fits its rows
+    again = PerformanceModel(forest=forest, n_trees=12, seed=4).fit(X, y).predict_members(X)
+    np.testing.assert_array_equal(members, again)
+    with pytest.raises(ValueError, match="cannot be saved"):
+        model.get_state()
+    with pytest.raises(ValueError, match="forest must be"):
+        PerformanceModel(forest="boosted").fit(X, y)
+
+
 # ------------------------------------------------------------------------ feasibility
 
 
