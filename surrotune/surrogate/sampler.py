@@ -353,6 +353,12 @@ class SurrogateSampler(BaseSampler):
         model_params: further :class:`~surrotune.surrogate.performance.PerformanceModel`
             options of the performance model (``max_depth``, ``full_mean``, ...), for
             measuring them (docs/BENCHMARKS.md); a warm start's models keep their own.
+        forest_below: 0 (default) or k: while fewer than k measurements ran ok, the performance
+            model is a forest of 50 extremely randomised trees (``PerformanceModel(forest=
+            "extra")``), the XGBoost ensemble from then on. Off: the forest ranks unseen
+            configurations better after a random sample, as a design is, yet searched worse
+            on convolution_h200 from its first measurements on (docs/BENCHMARKS.md,
+            "Forests, a ranking objective, BORE").
         feasibility_params: further :class:`~surrotune.surrogate.feasibility.FeasibilityModel`
             options of the failure classifier (``calibration``, ``calibrate_min``, ...).
         resource_params: further :class:`~surrotune.surrogate.resources.ResourceModel`
@@ -428,6 +434,7 @@ class SurrogateSampler(BaseSampler):
         launch_features: bool = False,
         alignment: bool = True,
         model_params: Mapping[str, Any] | None = None,
+        forest_below: int = 0,
         feasibility_params: Mapping[str, Any] | None = None,
         resource_params: Mapping[str, Any] | None = None,
         residual_params: Mapping[str, Any] | None = None,
@@ -536,6 +543,7 @@ class SurrogateSampler(BaseSampler):
         self.launch_features = launch_features
         self.alignment = alignment
         self.model_params = model_params
+        self.forest_below = forest_below
         self.feasibility_params = feasibility_params
         self.resource_params = resource_params
         self.residual_params = residual_params
@@ -1392,10 +1400,12 @@ class SurrogateSampler(BaseSampler):
                 occupancy_only=self.resource_features == "occupancy",
             )  # fmt: skip
         X_perf = derived.augment(X) if derived is not None else X
+        params = dict(self.model_params or {})
+        if len(y) < self.forest_below:
+            params.update(forest="extra", n_trees=50)
         perf = PerformanceModel(
-            n_models=self.n_models, seed=self._seed, n_jobs=self.n_jobs,
-            **dict(self.model_params or {}),
-        )  # fmt: skip
+            n_models=self.n_models, seed=self._seed, n_jobs=self.n_jobs, **params
+        )
         perf.fit(X_perf[ok], y)
         feas = self._feasibility().fit(X, ok, obs.statuses)
         residual = self._residual_model(perf, X_perf[ok], y, obs)

@@ -358,6 +358,26 @@ def test_model_params_reach_the_performance_model(tmp_path: Path) -> None:
     assert perf.full_mean and perf.max_depth == 3 and perf.full_ is not None
 
 
+def test_forest_below_fits_a_forest_first_and_the_boosted_ensemble_after(tmp_path: Path) -> None:
+    dataset = load_dataset(write_kt_cache(tmp_path / "tiny.json"))
+    space = SearchSpace(dataset.parameters, [])
+    sampler = SurrogateSampler(space=space, seed=0, n_startup_trials=4, forest_below=6)
+    study = optuna.create_study(direction="minimize", sampler=sampler)
+    kinds: list[tuple[int, str | None]] = []
+    refit = sampler._refit
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        fit = refit(*args, **kwargs)
+        kinds.append((len(fit.perf.rows_[0]), fit.perf.forest))  # (ok rows learned, kind)
+        return fit
+
+    sampler._refit = spy
+    Runner(study=study, space=space, backend=ReplayBackend(dataset), trials=10,
+           batch_size=1).run()  # fmt: skip
+    assert {kind for _, kind in kinds} == {"extra", None}  # both phases were reached
+    assert all((kind == "extra") == (n_ok < 6) for n_ok, kind in kinds)
+
+
 def test_feasibility_params_reach_the_failure_classifier(tmp_path: Path) -> None:
     dataset = load_dataset(write_kt_cache(tmp_path / "tiny.json"))
     space = SearchSpace(dataset.parameters, [])
