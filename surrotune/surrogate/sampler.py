@@ -356,8 +356,8 @@ class SurrogateSampler(BaseSampler):
         forest_below: 0 (default) or k: while fewer than k measurements ran ok, the performance
             model is a forest of 50 extremely randomised trees (``PerformanceModel(forest=
             "extra")``), the XGBoost ensemble from then on. Off: the forest ranks unseen
-            configurations better after a random sample, as a design is, yet searched worse
-            on convolution_h200 from its first measurements on (docs/BENCHMARKS.md,
+            configurations better after a random sample, as a design is, yet searched no
+            better, from the first measurements or throughout (docs/BENCHMARKS.md,
             "Forests, a ranking objective, BORE").
         feasibility_params: further :class:`~surrotune.surrogate.feasibility.FeasibilityModel`
             options of the failure classifier (``calibration``, ``calibrate_min``, ...).
