@@ -162,7 +162,9 @@ class PerformanceModel:
             the one fast configuration predicts its whole region slow).
         seed: seeds member ``k`` with ``seed + k``; the model is deterministic for a seed.
         n_jobs: XGBoost threads per model.
-        forest: None (default: the XGBoost ensemble above), or ``"extra"`` / ``"random"``:
+        forest: None (default: the XGBoost ensemble above), ``"mix"`` (each member the mean
+            of its booster and of a forest of ``n_trees / n_models`` extremely randomised
+            trees on the same resample), or ``"extra"`` / ``"random"``:
             instead, ``n_trees`` scikit-learn extremely randomised (Geurts et al. 2006) or CART
             trees, each on its own bootstrap resample (``max_features``, ``min_samples_leaf``
             as scikit-learn's), every tree a member. Screened against the ensemble
@@ -226,9 +228,11 @@ class PerformanceModel:
         self.y_mean_ = float(y.mean())
         self.y_scale_ = float(y.std()) or 1.0
         target = (y - self.y_mean_) / self.y_scale_
-        if self.forest not in (None, "extra", "random"):
-            raise ValueError(f"forest must be None, 'extra' or 'random'; got {self.forest!r}")
-        if self.forest is not None:
+        if self.forest not in (None, "extra", "random", "mix"):
+            raise ValueError(
+                f"forest must be None, 'extra', 'random' or 'mix'; got {self.forest!r}"
+            )
+        if self.forest in ("extra", "random"):
             from sklearn.tree import DecisionTreeRegressor, ExtraTreeRegressor
 
             cls = DecisionTreeRegressor if self.forest == "random" else ExtraTreeRegressor
@@ -270,6 +274,17 @@ class PerformanceModel:
             )
             self.rows_.append(rows)
             self.boosters_.append(train(rows, self.seed + k))
+        self.mix_ = []
+        if self.forest == "mix":  # each member: its booster and a forest on the same rows
+            from sklearn.ensemble import ExtraTreesRegressor
+
+            for k, rows in enumerate(self.rows_):
+                forest = ExtraTreesRegressor(
+                    n_estimators=max(1, self.n_trees // self.n_models), bootstrap=False,
+                    min_samples_leaf=self.min_samples_leaf, max_features=self.max_features,
+                    random_state=self.seed + k,
+                )
+                self.mix_.append(forest.fit(X[rows], target[rows]))
         everything = np.arange(len(y))
         self.full_ = train(everything, self.seed + self.n_models) if self.full_mean else None
         return self
@@ -313,6 +328,8 @@ class PerformanceModel:
             preds = np.stack([t.predict(X) for t in self.trees_])
             return preds.astype(np.float64) * self.y_scale_ + self.y_mean_
         preds = np.stack([b.inplace_predict(X) for b in self.boosters_]).astype(np.float64)
+        if getattr(self, "mix_", None):
+            preds = 0.5 * (preds + np.stack([f.predict(X) for f in self.mix_]))
         full = getattr(self, "full_", None)
         if full is not None:
             preds += full.inplace_predict(X).astype(np.float64) - preds.mean(axis=0)

@@ -182,6 +182,22 @@ def test_forest_members_are_trees_on_their_own_bootstrap_resamples(forest: str) 
         PerformanceModel(forest="boosted").fit(X, y)
 
 
+def test_mix_members_average_a_booster_and_a_forest_on_the_same_resample() -> None:
+    rng = np.random.default_rng(5)
+    X = rng.uniform(size=(60, 3))
+    y = 2 * X[:, 0] + X[:, 2]
+    mix = PerformanceModel(forest="mix", n_models=4, n_trees=20, seed=1).fit(X, y)
+    plain = PerformanceModel(n_models=4, seed=1).fit(X, y)
+    assert len(mix.mix_) == 4 and all(len(f.estimators_) == 5 for f in mix.mix_)
+    np.testing.assert_array_equal(mix.out_of_bag(60), plain.out_of_bag(60))  # same resamples
+    forests = np.stack([f.predict(X) for f in mix.mix_]) * mix.y_scale_ + mix.y_mean_
+    np.testing.assert_allclose(
+        mix.predict_members(X), 0.5 * (plain.predict_members(X) + forests), rtol=1e-6
+    )
+    with pytest.raises(ValueError, match="cannot be saved"):
+        mix.get_state()
+
+
 # ------------------------------------------------------------------------ feasibility
 
 
