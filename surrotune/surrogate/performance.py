@@ -274,6 +274,7 @@ class PerformanceModel:
             )
             self.rows_.append(rows)
             self.boosters_.append(train(rows, self.seed + k))
+        self.trees_ = None  # a refit without a forest leaves no trees behind
         self.mix_ = []
         if self.forest == "mix":  # each member: its booster and a forest on the same rows
             from sklearn.ensemble import ExtraTreesRegressor
