@@ -382,3 +382,27 @@ def test_model_quality_metrics_by_hand(tiny: Path, capsys: pytest.CaptureFixture
     assert quality.main(args) == 0
     rows = capsys.readouterr().out.splitlines()[2:]
     assert [row.split("|")[2].strip() for row in rows] == ["default", "nogp"]
+
+
+def test_optimum_rank_by_hand(tiny: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """benchmarks/optimum_rank.py on the 32-configuration cache: a training set is drawn from
+    the configurations below 98 % of the optimum only, so with all of them in training the
+    unseen ones are the top ones and the first is at rank 0; more than there are is no
+    training set; a rank is a position among the unseen; the table's random-order column is
+    (unseen + 1) / (k + 1) - 1."""
+    ranks = _benchmark_module("optimum_rank")
+    table = ranks.recording_table(tiny)
+    fraction = table["fraction"]
+    below, k = int((fraction < ranks.TOP).sum()), int((fraction >= ranks.TOP).sum())
+    assert k >= 1 and below + k == 32
+    assert ranks.top_rank(table, below, 0) == 0
+    assert ranks.top_rank(table, below + 1, 0) is None
+    for rep in range(3):
+        rank = ranks.top_rank(table, 12, rep)
+        assert rank is not None and 0 <= rank <= 32 - 12 - k
+        assert rank == ranks.top_rank(table, 12, rep)  # seeded
+    assert ranks.main(["--datasets", str(tiny), "--sizes", f"12,{below + 1}", "--reps", "2"]) == 0
+    row = capsys.readouterr().out.splitlines()[2].split("|")
+    assert row[2].strip() == f"32 ({k})"
+    assert row[3].strip().endswith(f", {(32 - 12 + 1) / (k + 1) - 1:.0f}")
+    assert row[4].strip() == "–"
