@@ -120,6 +120,32 @@ def other_model(
     return np.mean(scores, axis=0)
 
 
+def copula_target(table: dict, ok: np.ndarray) -> np.ndarray:
+    """The ``ok`` rows' objective as the sampler's regressor learns it: transformed (log of
+    times), then on the copula scale."""
+    y = transform_objective(table["values"][ok], table["direction"])
+    return CopulaScale().fit(y).transform(y)
+
+
+def model_mean(
+    table: dict, X: np.ndarray, ok: np.ndarray, y: np.ndarray, test: np.ndarray, rep: int,
+    options: dict, *, gp: bool = True,
+) -> np.ndarray:
+    """The sampler's performance model's mean on the ``test`` rows of ``X``, fitted on the
+    ``ok`` rows (targets ``y``): the ensemble with ``options``, plus (``gp``) the GP correction
+    of its out-of-bag errors, as ``uncertainty="gp"`` adds it once eight rows have one."""
+    model = PerformanceModel(seed=rep, **options).fit(X[ok], y)
+    mean = model.predict_members(X[test]).mean(axis=0)
+    if gp:
+        members = model.predict_members(X[ok])
+        rows, residuals = out_of_bag_residuals(members, model.out_of_bag(len(y)), y)
+        if len(rows) >= 8:
+            gp_model = ResidualGP(correct_mean=True, seed=rep)
+            gp_model.fit(table["encoded"][ok][rows], residuals)
+            mean = mean + gp_model.predict(table["encoded"][test])[0]
+    return mean
+
+
 def score_once(table: dict, n: int, rep: int, options: dict) -> tuple[float, float, float] | None:
     """(top5, top20, rho) of one model fitted on one seeded random training set of ``n``."""
     options = dict(options)
@@ -144,21 +170,12 @@ def score_once(table: dict, n: int, rep: int, options: dict) -> tuple[float, flo
         )  # fmt: skip
         if resources.informative:
             X = ResourceFeatures(resources, table["device"]).augment(X)
-    y = transform_objective(table["values"][ok], table["direction"])
-    y = CopulaScale().fit(y).transform(y)
+    y = copula_target(table, ok)
     test = np.setdiff1d(np.arange(total), train)
     if bore or rank:
         mean = other_model(X, train, ok, y, test, rep, bore, rank)
-        use_gp = False
     else:
-        model = PerformanceModel(seed=rep, **options).fit(X[ok], y)
-        mean = model.predict_members(X[test]).mean(axis=0)
-    if use_gp:
-        members = model.predict_members(X[ok])
-        rows, residuals = out_of_bag_residuals(members, model.out_of_bag(len(y)), y)
-        if len(rows) >= 8:
-            gp = ResidualGP(correct_mean=True, seed=rep).fit(table["encoded"][ok][rows], residuals)
-            mean = mean + gp.predict(table["encoded"][test])[0]
+        mean = model_mean(table, X, ok, y, test, rep, options, gp=use_gp)
     order = np.argsort(mean)
     fraction = table["fraction"][test]
     measured = ~np.isnan(table["values"][test])

@@ -28,10 +28,7 @@ import argparse
 
 import numpy as np
 import optuna
-from model_quality import recording_table
-
-from surrotune.surrogate.performance import CopulaScale, PerformanceModel, transform_objective
-from surrotune.surrogate.residual import ResidualGP, out_of_bag_residuals
+from model_quality import copula_target, model_mean, recording_table
 
 #: what "the top" is: within this fraction of the optimum (issue 3's goal counts 98 %)
 TOP = 0.98
@@ -50,17 +47,8 @@ def top_rank(table: dict, n: int, rep: int) -> int | None:
     ok = train[~np.isnan(values[train])]
     if len(ok) < 3:
         return None
-    y = transform_objective(values[ok], table["direction"])
-    y = CopulaScale().fit(y).transform(y)
-    X = table["X"]
     test = np.setdiff1d(np.arange(len(values)), train)
-    model = PerformanceModel(seed=rep).fit(X[ok], y)
-    mean = model.predict_members(X[test]).mean(axis=0)
-    members = model.predict_members(X[ok])
-    rows, residuals = out_of_bag_residuals(members, model.out_of_bag(len(y)), y)
-    if len(rows) >= 8:
-        gp = ResidualGP(correct_mean=True, seed=rep).fit(table["encoded"][ok][rows], residuals)
-        mean = mean + gp.predict(table["encoded"][test])[0]
+    mean = model_mean(table, table["X"], ok, copula_target(table, ok), test, rep, {})
     top = fraction[test][np.argsort(mean, kind="stable")] >= TOP
     return int(np.argmax(top))
 
