@@ -58,6 +58,7 @@ from surrotune.surrogate.acquisition import (
     ensemble_expected_improvement,
     expected_improvement,
     feasibility_gate,
+    max_value_entropy,
 )
 from surrotune.surrogate.counter_model import (
     MIN_PROFILED,
@@ -102,7 +103,7 @@ __all__ = ["SurrogateSampler"]
 
 #: statuses that say nothing about the kernel (never compiled): not learned
 _NOT_LEARNED = {Status.CONSTRAINT.value}
-_ACQUISITIONS = ("ei", "ei-members", "ei-kde")
+_ACQUISITIONS = ("ei", "ei-members", "ei-kde", "mes")
 _DESIGNS = {"maximin": greedy_maximin, "maxpro": greedy_maxpro}
 _BOUNDARY_SCORES = ("uncertainty", "acquisition")
 _OBJECTIVE_SCALES = ("log", "copula", "power")
@@ -214,6 +215,13 @@ class SurrogateSampler(BaseSampler):
             to 188.5, W7800 87 to 108.5), where the goal is furthest; ``"ei-kde"`` ran close
             to ``"ei"`` on the four recordings it was screened on, neither gain nor loss
             kept (docs/BENCHMARKS.md).
+            ``"mes"``: max-value entropy search (Wang and Jegelka 2017) on the same mean and
+            spread (:func:`~surrotune.surrogate.acquisition.max_value_entropy`): what a
+            measurement tells about the optimum's value, not what it gains itself. Off by
+            default, mixed at 20 seeds (the H100 host's CPU): convolution A100 152 evaluations
+            to 98 % against 181.5 (score 0.39 against 0.27), convolution_h200 40 against 56.5,
+            gemm_h200 92.5 against 109.5, but convolution W7800 98.5 against 70.5; the small
+            targets level (docs/BENCHMARKS.md, "Two other acquisitions").
         gate_threshold: candidates with P(ok) below it are not proposed ...
         gate_epsilon: ... except with this probability per proposal (the gate is skipped).
         boundary_share: probability per proposal of choosing among candidates one step from a
@@ -533,7 +541,7 @@ class SurrogateSampler(BaseSampler):
         self.objective_scale = objective_scale
         if uncertainty not in _UNCERTAINTIES:
             raise ValueError(f"uncertainty must be one of {_UNCERTAINTIES}; got {uncertainty!r}")
-        if uncertainty == "gp-spread" and acquisition != "ei":
+        if uncertainty == "gp-spread" and acquisition in ("ei-members", "ei-kde"):
             raise ValueError(
                 f"uncertainty='gp-spread' needs acquisition='ei' (got {acquisition!r}): the "
                 "other acquisitions rank by the members' own spread, which the GP does not change"
@@ -715,7 +723,7 @@ class SurrogateSampler(BaseSampler):
             prior=fit.cand_prior[rows] if fit.cand_prior is not None else None,
             members=(
                 fit.cand_members[:, rows]
-                if self.acquisition != "ei" and fit.cand_members is not None
+                if self.acquisition not in ("ei", "mes") and fit.cand_members is not None
                 else None
             ),
         )
@@ -1548,7 +1556,9 @@ class SurrogateSampler(BaseSampler):
                 distance = np.minimum(near_evaluated, near_pending)
                 return int(np.argmax(np.where(believed, distance, -np.inf)))
         best = fit.best_of(obs)
-        if members is not None:  # under the ensemble's own distribution
+        if self.acquisition == "mes":
+            ei = max_value_entropy(mean, std, best, rng)
+        elif members is not None:  # under the ensemble's own distribution
             smoothing = self.acquisition == "ei-kde"
             ei = ensemble_expected_improvement(members, best, xi=self.xi, smoothing=smoothing)
         else:

@@ -15,6 +15,9 @@ from surrotune.surrogate.acquisition import (
     ensemble_expected_improvement,
     expected_improvement,
     feasibility_gate,
+    max_value_entropy,
+    minimum_draws,
+    value_entropy_gain,
 )
 from surrotune.surrogate.diversity import (
     greedy_maximin,
@@ -288,6 +291,45 @@ def test_ensemble_expected_improvement_follows_the_members_not_a_normal() -> Non
     assert kde[1] == pytest.approx(by_hand) and kde[1] > empirical[1]
     assert kde[2] == pytest.approx(1.0)  # members agree: the plain improvement
     assert ensemble_expected_improvement(members, 0.0, xi=0.5)[2] == pytest.approx(0.5)
+
+
+def test_minimum_draws_invert_the_independent_minimums_distribution() -> None:
+    from scipy.stats import norm
+
+    rng = np.random.default_rng(3)
+    mean, std = rng.normal(0.0, 1.0, 500), rng.uniform(0.05, 1.0, 500)
+    draws = minimum_draws(mean, std, 10.0, np.random.default_rng(7), 16)
+    u = np.sort(np.random.default_rng(7).random(16))  # the quantiles the draws were taken at
+    # P(min <= draw) = 1 - prod_i P(Y_i > draw), by hand at each draw
+    cdf = 1.0 - np.prod(norm.sf(draws[:, None], loc=mean[None, :], scale=std[None, :]), axis=1)
+    np.testing.assert_allclose(cdf, u, atol=1e-3)
+    assert np.all(np.diff(draws) >= 0)
+    # no draw lies above what was already measured: the minimum is at most the best
+    capped = minimum_draws(mean, std, float(np.min(mean)) - 3.0, np.random.default_rng(7), 16)
+    assert np.all(capped <= np.min(mean) - 3.0)
+
+
+def test_value_entropy_gain_matches_hand_computed_values() -> None:
+    # one draw y* = 0; mean 1, std 1: g = 1, gain = phi(1) / (2 Phi(1)) - log Phi(1)
+    phi1 = math.exp(-0.5) / math.sqrt(2 * math.pi)
+    Phi1 = 0.5 * (1 + math.erf(1 / math.sqrt(2)))
+    gain = value_entropy_gain(np.array([1.0, 1.0, 5.0]), np.array([1.0, 0.0, 1.0]),
+                              np.array([0.0]))  # fmt: skip
+    assert gain[0] == pytest.approx(phi1 / (2 * Phi1) - math.log(Phi1))
+    assert gain[1] == 0.0  # no spread: measuring it teaches nothing
+    assert 0.0 < gain[2] < gain[0]  # far above the minimum: little to learn
+
+
+def test_max_value_entropy_prefers_a_wide_poor_candidate_that_ei_ranks_last() -> None:
+    # many candidates a little below the best, precisely known, and one far worse on average
+    # but wide: EI prefers the sure small gain, MES the candidate that may hold the minimum
+    mean = np.concatenate([np.full(200, -0.1), [1.0]])
+    std = np.concatenate([np.full(200, 0.05), [1.0]])
+    ei = expected_improvement(mean, std, 0.0)
+    mes = max_value_entropy(mean, std, 0.0, np.random.default_rng(0))
+    assert np.argmax(ei) < 200 and ei[200] < ei[:200].min()
+    assert np.argmax(mes) == 200
+    assert np.all(mes >= 0.0)
 
 
 def test_acquisition_multiplies_p_ok_and_subtracts_the_penalty() -> None:

@@ -730,3 +730,20 @@ def test_design_on_stall_adds_space_filling_points_while_the_best_stands_still()
     assert run(lambda number: 1.0)._stall_designs == set()
     with pytest.raises(ValueError, match="design_on_stall"):
         SurrogateSampler(space=space, design_on_stall=-1)
+
+
+def test_max_value_entropy_acquisition_runs_a_study_without_repeats_and_is_seeded(
+    tmp_path: Path,
+) -> None:
+    dataset = load_dataset(write_kt_cache(tmp_path / "tiny.json"))
+    space = SearchSpace(dataset.parameters, [])
+    runs = []
+    for _ in range(2):
+        sampler = SurrogateSampler(space=space, seed=4, n_startup_trials=4, acquisition="mes")
+        study = optuna.create_study(direction="minimize", sampler=sampler)
+        Runner(study=study, space=space, backend=ReplayBackend(dataset), trials=12,
+               batch_size=1).run()  # fmt: skip
+        runs.append([tuple(sorted(t.params.items())) for t in study.trials])
+    assert len(runs[0]) == len(set(runs[0])) == 12
+    assert runs[0] == runs[1]
+    assert sampler._fit is not None  # the models were fitted: proposals after the design
