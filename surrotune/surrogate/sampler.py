@@ -543,8 +543,9 @@ class SurrogateSampler(BaseSampler):
             raise ValueError(f"uncertainty must be one of {_UNCERTAINTIES}; got {uncertainty!r}")
         if uncertainty == "gp-spread" and acquisition in ("ei-members", "ei-kde"):
             raise ValueError(
-                f"uncertainty='gp-spread' needs acquisition='ei' (got {acquisition!r}): the "
-                "other acquisitions rank by the members' own spread, which the GP does not change"
+                f"uncertainty='gp-spread' needs acquisition='ei' or 'mes' (got {acquisition!r}): "
+                "the other acquisitions rank by the members' own spread, which the GP does not "
+                "change"
             )
         self.uncertainty = uncertainty
         self.launch_shape = launch_shape

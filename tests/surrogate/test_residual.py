@@ -344,6 +344,8 @@ def test_gp_uncertainty_needs_plain_expected_improvement(acquisition: str) -> No
     # the default ("gp") corrects the members' mean, which they do read; the ensemble as before
     assert SurrogateSampler(acquisition=acquisition).uncertainty == "gp"
     SurrogateSampler(uncertainty="ensemble", acquisition=acquisition)
+    # max-value entropy search reads the mean and spread as EI does, the GP's spread included
+    assert SurrogateSampler(uncertainty="gp-spread", acquisition="mes").acquisition == "mes"
 
 
 # ------------------------------------------------------------------ Thompson sampling
