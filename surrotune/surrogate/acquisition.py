@@ -8,7 +8,7 @@ is subtracted, so the penalty weights mean the same thing whatever the objective
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import ndtr
+from scipy.special import log_ndtr, ndtr
 
 __all__ = [
     "acquisition_scores",
@@ -82,8 +82,6 @@ def minimum_draws(
     draw's probability within 1e-3 of its quantile: tests/surrogate/test_models.py).
     Candidates 8 deviations above the bracket add log Phi(8) ~ 0 and are left out, so the cost
     follows the contenders, not the space."""
-    from scipy.special import log_ndtr
-
     mean = np.asarray(mean, dtype=np.float64)
     std = np.maximum(np.asarray(std, dtype=np.float64), 1e-12)
     target = np.log1p(-np.sort(rng.random(samples)))  # log P(min > draw), descending
@@ -102,8 +100,6 @@ def value_entropy_gain(mean: np.ndarray, std: np.ndarray, y_star: np.ndarray) ->
     """Max-value entropy search's gain per candidate for minimisation, averaged over draws
     ``y_star`` of the minimum: ``g phi(g) / (2 Phi(g)) - log Phi(g)``, ``g = (mean - y*) /
     std``; 0 where ``std`` is 0 (a measurement there teaches nothing)."""
-    from scipy.special import log_ndtr
-
     mean = np.asarray(mean, dtype=np.float64)
     std = np.asarray(std, dtype=np.float64)
     safe = np.where(std > 0, std, 1.0)

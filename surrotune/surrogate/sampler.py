@@ -104,6 +104,8 @@ __all__ = ["SurrogateSampler"]
 #: statuses that say nothing about the kernel (never compiled): not learned
 _NOT_LEARNED = {Status.CONSTRAINT.value}
 _ACQUISITIONS = ("ei", "ei-members", "ei-kde", "mes")
+#: the acquisitions that rank by the ensemble's members; the others read the mean and spread
+_MEMBER_ACQUISITIONS = ("ei-members", "ei-kde")
 _DESIGNS = {"maximin": greedy_maximin, "maxpro": greedy_maxpro}
 _BOUNDARY_SCORES = ("uncertainty", "acquisition")
 _OBJECTIVE_SCALES = ("log", "copula", "power")
@@ -541,7 +543,7 @@ class SurrogateSampler(BaseSampler):
         self.objective_scale = objective_scale
         if uncertainty not in _UNCERTAINTIES:
             raise ValueError(f"uncertainty must be one of {_UNCERTAINTIES}; got {uncertainty!r}")
-        if uncertainty == "gp-spread" and acquisition in ("ei-members", "ei-kde"):
+        if uncertainty == "gp-spread" and acquisition in _MEMBER_ACQUISITIONS:
             raise ValueError(
                 f"uncertainty='gp-spread' needs acquisition='ei' or 'mes' (got {acquisition!r}): "
                 "the other acquisitions rank by the members' own spread, which the GP does not "
@@ -724,7 +726,7 @@ class SurrogateSampler(BaseSampler):
             prior=fit.cand_prior[rows] if fit.cand_prior is not None else None,
             members=(
                 fit.cand_members[:, rows]
-                if self.acquisition not in ("ei", "mes") and fit.cand_members is not None
+                if self.acquisition in _MEMBER_ACQUISITIONS and fit.cand_members is not None
                 else None
             ),
         )
