@@ -17,7 +17,10 @@ runs them. ``--with-source`` (repeatable) adds another source GPU: its bundles a
 same way, and two more columns run, ``warm@NAME`` (the default warm start from that source alone)
 and ``warm@all`` (from every source at once, each seed from each source's run s mod N: the
 several-sources warm start, whose ranking weights should follow the better source);
-``--combined-variant`` adds a variant (as ``--variant``) of that one. The report
+``--combined-variant`` adds a variant (as ``--variant``) of that one. ``--cold-variant`` and
+``--enqueue-variant`` add a cold start or an enqueue baseline whose sampler attributes differ
+(``coldmes:sampler.acquisition='mes'``), so that a sampler option is judged with and without
+the warm start in one call. The report
 (bench.md, runs.jsonl) is `surrotune bench`'s; with several source runs, by-source-run.md (also
 printed) gives each column's evaluations to 98 % per source run; ``--resume`` keeps finished runs.
 """
@@ -47,6 +50,18 @@ def parse_variant(text: str, bundle: str) -> SamplerSpec:
     return dataclasses.replace(spec, options=(*spec.options, *extra)) if extra else spec
 
 
+def parse_baseline_variant(method: str, text: str, bundle: str) -> SamplerSpec:
+    """``label:sampler.NAME=value,...`` as the ``method`` baseline (``cold`` or ``enqueue``)
+    with those SurrogateSampler attributes; only sampler attributes apply to a baseline."""
+    label, params = parse_options(text)
+    wrong = [k for k, _ in params if not k.startswith("sampler.")]
+    if wrong:
+        raise SystemExit(f"--{method}-variant {text!r}: only sampler.NAME options apply, not {wrong}")
+    attrs = tuple((k.removeprefix("sampler."), v) for k, v in params)
+    spec = method_spec(method, label, bundle)
+    return dataclasses.replace(spec, options=(*spec.options, ("attrs", attrs))) if attrs else spec
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("source")
@@ -59,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--source-runs", type=int, default=1)
     parser.add_argument("--with-source", action="append", default=[], metavar="SOURCE")
     parser.add_argument("--combined-variant", action="append", default=[], metavar="VARIANT")
+    parser.add_argument("--cold-variant", action="append", default=[], metavar="VARIANT")
+    parser.add_argument("--enqueue-variant", action="append", default=[], metavar="VARIANT")
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("-o", "--out", required=True)
     args = parser.parse_args(argv)
@@ -74,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.baselines:
             specs += [method_spec("cold", "cold", bundle),
                       method_spec("enqueue", "enqueue", bundle)]  # fmt: skip
+        specs += [parse_baseline_variant("cold", v, bundle) for v in args.cold_variant]
+        specs += [parse_baseline_variant("enqueue", v, bundle) for v in args.enqueue_variant]
         if args.with_source:
             every = tuple(str(fitted[source][run]) for source in sources)
             for source, path in zip(sources[1:], every[1:], strict=True):

@@ -168,6 +168,42 @@ def test_warm_design_variants_reports_each_column_by_source_run(
             assert cells[k].strip(" |") == expected
 
 
+def test_warm_design_variants_runs_a_cold_start_with_other_sampler_attributes(
+    kt_datasets: Path, tmp_path: Path
+) -> None:
+    """``--cold-variant coldmes:sampler.acquisition='mes'`` adds a cold-start column whose
+    sampler has that attribute (its runs are the plain cold start's where the acquisition does
+    not matter yet, and under its own label); a WarmStart option is refused for a baseline."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "warm_design_variants.py"
+    spec = importlib.util.spec_from_file_location("warm_design_variants", path)
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    made = script.parse_baseline_variant("cold", "coldmes:sampler.acquisition='mes'", "b.json")
+    assert made.label == "coldmes" and made.name == "surrogate"
+    assert dict(made.options)["attrs"] == (("acquisition", "mes"),)
+    with pytest.raises(SystemExit, match="only sampler.NAME options"):
+        script.parse_baseline_variant("enqueue", "e:n_design=3", "b.json")
+    source = kt_datasets / "dedispersion_milo" / "A100.json.gz"
+    target = kt_datasets / "dedispersion_milo" / "A4000.json.gz"
+    models = tmp_path / "models"
+    models.mkdir()
+    build_source_bundle(str(source), models / "dedispersion_milo_A100.run200.json.gz", budget=15)
+    argv = [str(source), str(target), "--baselines", "--cold-variant",
+            "coldmes:sampler.acquisition='mes'", "--seeds", "2", "--budget", "14", "--jobs", "1",
+            "-o", str(tmp_path)]  # fmt: skip
+    assert script.main(argv) == 0
+    records = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
+    by_label = {(r["sampler"], r["seed"]): r for r in records}
+    assert {label for label, _ in by_label} == {"cold", "enqueue", "coldmes"}
+    for seed in (0, 1):  # the space-filling design comes before any acquisition is read
+        cold, mes = by_label[("cold", seed)], by_label[("coldmes", seed)]
+        assert cold["values"][:10] == mes["values"][:10]
+        assert len(mes["values"]) == 14
+
+
 def test_the_transfer_table_gives_the_98_percent_median_its_interval() -> None:
     """Six runs reaching 98 % after 1..5 evaluations and one never (budget 8): the interval is
     the extremes, [x_(1), x_(6)], the last unbounded within the budget."""
