@@ -56,7 +56,9 @@ def parse_baseline_variant(method: str, text: str, bundle: str) -> SamplerSpec:
     label, params = parse_options(text)
     wrong = [k for k, _ in params if not k.startswith("sampler.")]
     if wrong:
-        raise SystemExit(f"--{method}-variant {text!r}: only sampler.NAME options apply, not {wrong}")
+        raise SystemExit(
+            f"--{method}-variant {text!r}: only sampler.NAME options apply, not {wrong}"
+        )
     attrs = tuple((k.removeprefix("sampler."), v) for k, v in params)
     spec = method_spec(method, label, bundle)
     return dataclasses.replace(spec, options=(*spec.options, ("attrs", attrs))) if attrs else spec

@@ -184,7 +184,7 @@ def test_warm_design_variants_runs_a_cold_start_with_other_sampler_attributes(
     made = script.parse_baseline_variant("cold", "coldmes:sampler.acquisition='mes'", "b.json")
     assert made.label == "coldmes" and made.name == "surrogate"
     assert dict(made.options)["attrs"] == (("acquisition", "mes"),)
-    with pytest.raises(SystemExit, match="only sampler.NAME options"):
+    with pytest.raises(SystemExit, match=r"only sampler\.NAME options"):
         script.parse_baseline_variant("enqueue", "e:n_design=3", "b.json")
     source = kt_datasets / "dedispersion_milo" / "A100.json.gz"
     target = kt_datasets / "dedispersion_milo" / "A4000.json.gz"
