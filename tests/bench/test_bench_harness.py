@@ -406,3 +406,24 @@ def test_optimum_rank_by_hand(tiny: Path, capsys: pytest.CaptureFixture[str]) ->
     assert row[2].strip() == f"32 ({k})"
     assert row[3].strip().endswith(f", {(32 - 12 + 1) / (k + 1) - 1:.0f}")
     assert row[4].strip() == "–"
+
+
+def test_compare_runs_paired_report_by_hand() -> None:
+    """``--paired``'s lines on a hand-made table: B needs fewer evaluations on seeds 0 and 1,
+    as many on 2, more on 3; the Wilcoxon p is scipy's on the three non-zero differences;
+    the score difference is the mean over the common seeds only (seed 4 ran for A alone)."""
+    from scipy.stats import wilcoxon
+
+    compare = _benchmark_module("compare_runs")
+    table = {
+        ("d", "A"): {0: (10, True), 1: (20, True), 2: (5, True), 3: (7, True), 4: (1, True)},
+        ("d", "B"): {0: (4, True), 1: (11, False), 2: (5, True), 3: (9, True)},
+    }
+    scores = {("d", "A"): {0: 0.5, 1: 0.4, 2: 0.9, 3: 0.6, 4: 1.0},
+              ("d", "B"): {0: 0.7, 1: 0.6, 2: 0.9, 3: 0.4}}  # fmt: skip
+    lines = compare.paired_lines(table, scores, "A", "B")
+    row = lines[2].split()
+    assert row[:5] == ["d", "4", "2", "1", "1"]
+    assert float(row[5]) == pytest.approx(wilcoxon([-6, -9, 0, 2]).pvalue, abs=5e-4)
+    assert float(row[6]) == pytest.approx((0.2 + 0.2 + 0.0 - 0.2) / 4, abs=5e-4)
+    assert lines[-1] == "score difference over 1 datasets: mean +0.050, B higher on 1"
