@@ -663,16 +663,7 @@ class SurrogateSampler(BaseSampler):
         else:
             fit = self._refit(study, obs, table.features.shape[1], key=("space", id(table)))
         if fit.cand_mean is None:
-            assert fit.perf is not None
-            features = fit.augment(table.features)
-            fit.cand_members = fit.perf.predict_members(fit.perf_input(features))
-            fit.cand_mean = fit.cand_members.mean(axis=0)
-            fit.cand_std = fit.cand_members.std(axis=0)
-            fit.cand_ok = fit.p_ok(features)
-            if fit.residual is not None:
-                correction, fit.cand_std = fit.residual.predict(table.encoded)
-                fit.cand_mean = fit.cand_mean + correction
-                fit.cand_members = fit.cand_members + correction
+            self._predict_candidates(fit, table)
         assert fit.cand_std is not None and fit.cand_ok is not None
         self._update_near(table, obs)
         assert self._near is not None
@@ -1214,6 +1205,22 @@ class SurrogateSampler(BaseSampler):
             ]
         return out
 
+    @staticmethod
+    def _predict_candidates(fit: _Fit, table: _Table) -> None:
+        """The fitted models' predictions over the candidate set, cached in ``fit``: the
+        members, their mean and spread (the GP's correction and deviation where it is fitted)
+        and P(ok)."""
+        assert fit.perf is not None
+        features = fit.augment(table.features)
+        fit.cand_members = fit.perf.predict_members(fit.perf_input(features))
+        fit.cand_mean = fit.cand_members.mean(axis=0)
+        fit.cand_std = fit.cand_members.std(axis=0)
+        fit.cand_ok = fit.p_ok(features)
+        if fit.residual is not None:
+            correction, fit.cand_std = fit.residual.predict(table.encoded)
+            fit.cand_mean = fit.cand_mean + correction
+            fit.cand_members = fit.cand_members + correction
+
     def _refit_warm(self, study: Study, obs: _Observed, table: _Table) -> _Fit:
         """The warm-started models for these observations, with their candidate predictions;
         reused until the refit schedule says otherwise (as :meth:`_refit`)."""
@@ -1223,10 +1230,15 @@ class SurrogateSampler(BaseSampler):
         if current is not None:
             return current
         X, ok, direction, y, scale = self._training_set(study, obs)
-        feas = self._feasibility().fit(X, ok, obs.statuses)
+        searched = None
+        if self._warm.search_model == "search" and int(ok.sum()) >= 3:
+            searched = self._refit(study, obs, table.features.shape[1], key=key)
+            feas, own = searched.feas, searched.own_resources
+        else:
+            feas = self._feasibility().fit(X, ok, obs.statuses)
+            own = self._resources(study, obs, X, ok)
         candidates = self._sources(table)
         observed = self._observed_sources(table, obs.keys)
-        own = self._resources(study, obs, X, ok)
         resources = self._resource_transfer(study, table, obs, own, observed)
         transfer = self._warm.fit(
             X=X, y=y, ok=ok, statuses=obs.statuses, observed=observed, candidates=candidates,
@@ -1237,6 +1249,17 @@ class SurrogateSampler(BaseSampler):
         )  # fmt: skip
         self.last_transfer = transfer
         self.last_resource_transfer = resources
+        if searched is not None:  # the cold search's models, the sources' failure factors on P(ok)
+            if resources is not None:  # the target's own resource model is inside its fits
+                searched.resources = None
+            self._predict_candidates(searched, table)
+            assert searched.cand_ok is not None
+            searched.cand_ok = searched.cand_ok * transfer.p_ok
+            if resources is not None:
+                searched.cand_ok = searched.cand_ok * resources.fits
+            searched.cand_prior, searched.gate = transfer.prior, True
+            self._fit = searched
+            return searched
         self._fit = _Fit(
             key=key, n=obs.n, n_features=table.features.shape[1], perf=None, feas=feas,
             direction=direction, cand_mean=transfer.mean, cand_std=transfer.std,

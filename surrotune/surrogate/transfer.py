@@ -578,6 +578,11 @@ class WarmStart:
             classifiers (:func:`resource_transfer`); False keeps the classifiers.
         keep_resource_classifiers: with ``transfer_resources``, keep the sources' resource
             classifiers too (both gate a candidate) instead of replacing them.
+        search_model: the target's performance model after the design (``mode="prior"``):
+            ``"ensemble"``, the bootstrap ensemble alone (this class's own fit), or
+            ``"search"``, the models a cold search fits at that point (the GP on the
+            ensemble's errors, the sampler's ``model_params`` and fit schedule), the sources
+            then acting through the design, the failure transfer and the prior only.
     """
 
     def __init__(
@@ -599,6 +604,7 @@ class WarmStart:
         design_resume_after: int | None = None,
         transfer_resources: bool = True,
         keep_resource_classifiers: bool = False,
+        search_model: Literal["ensemble", "search"] = "ensemble",
     ) -> None:
         if mode not in TRANSFER_MODES:
             raise ValueError(f"mode must be one of {', '.join(TRANSFER_MODES)}; got {mode!r}")
@@ -609,6 +615,11 @@ class WarmStart:
         if len(set(labels)) != len(labels):  # two bundles of one name: number them
             for k, b in enumerate(self.bundles):
                 b.path = f"{b.label}#{k + 1}"
+        if search_model not in ("ensemble", "search"):
+            raise ValueError(f"search_model must be 'ensemble' or 'search'; got {search_model!r}")
+        if search_model == "search" and mode != "prior":
+            raise ValueError(f"search_model='search' needs mode='prior'; got mode={mode!r}")
+        self.search_model = search_model
         self.mode = mode
         self.n_design = n_design
         self.n_fill = n_fill

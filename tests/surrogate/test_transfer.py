@@ -493,6 +493,44 @@ def test_adaptive_design_hands_a_misleading_source_to_space_filling(
     assert picks[most] > 8 - picks[most], picks
 
 
+def test_search_model_fits_the_cold_searchs_models_after_the_design(bundle: ModelBundle) -> None:
+    """``search_model="search"``: after the design the warm start predicts with the models a
+    cold search fits on the same trials (the GP on the ensemble's errors among them), and the
+    sources still act on P(ok): the candidates' mean is the cold fit's, P(ok) the cold fit's
+    times the transferred failure factor. The default (``"ensemble"``) fits no GP."""
+    space = SearchSpace(PARAMS)
+
+    def after(search_model: str) -> SurrogateSampler:
+        warm = WarmStart([bundle], n_design=6, search_model=search_model)
+        sampler = SurrogateSampler(space=space, seed=2, warm_start=warm)
+        study = optuna.create_study(sampler=sampler)
+        for _ in range(24):
+            trial = study.ask()
+            config = {n: trial.suggest_categorical(n, space.values[n]) for n in space.names}
+            if config["BX"] * config["BY"] * config["TILE"] > 1024:
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                continue
+            study.tell(trial, _time(config, shift=0.5))
+        return sampler
+
+    searched = after("search")
+    fit, table = searched._fit, searched._table
+    assert fit is not None and fit.perf is not None and fit.residual is not None
+    features = fit.augment(table.features)
+    members = fit.perf.predict_members(fit.perf_input(features))
+    correction, _ = fit.residual.predict(table.encoded)
+    np.testing.assert_allclose(fit.cand_mean, members.mean(axis=0) + correction, rtol=1e-6)
+    transfer = searched.last_transfer
+    assert transfer is not None
+    np.testing.assert_allclose(fit.cand_ok, fit.p_ok(features) * transfer.p_ok, rtol=1e-6)
+    plain = after("ensemble")._fit
+    assert plain is not None and plain.perf is None and plain.residual is None
+    with pytest.raises(ValueError, match="search_model"):
+        WarmStart([bundle], search_model="gp")
+    with pytest.raises(ValueError, match="needs mode='prior'"):
+        WarmStart([bundle], mode="stack", search_model="search")
+
+
 def test_warm_start_is_deterministic_for_a_seed(bundle: ModelBundle) -> None:
     space = SearchSpace(PARAMS)
 
