@@ -71,14 +71,10 @@ def minimum_draws(
     samples: int,
     *,
     grid: int = 64,
-    p_ok: np.ndarray | None = None,
 ) -> np.ndarray:
     """``samples`` draws (ascending) of the smallest value over the candidates, none above
     ``best``: the candidates taken as independent normals, P(min > z) = prod_i Phi((mean_i -
-    z) / std_i), each draw that distribution's inverse at a uniform quantile. With ``p_ok``
-    (each candidate's chance to run), a candidate sets the minimum only where it runs:
-    P(min > z) = prod_i (1 - p_i Phi((z - mean_i) / std_i)), so a fast prediction for a
-    configuration the classifier expects to fail does not pull the draws down.
+    z) / std_i), each draw that distribution's inverse at a uniform quantile.
 
     Wang and Jegelka fit a Gumbel to this distribution; its exact inverse is as cheap on a
     grid: a coarse grid of ``grid`` points from the lowest plausible value to ``best``
@@ -88,18 +84,12 @@ def minimum_draws(
     follows the contenders, not the space."""
     mean = np.asarray(mean, dtype=np.float64)
     std = np.maximum(np.asarray(std, dtype=np.float64), 1e-12)
-    p_ok = None if p_ok is None else np.asarray(p_ok, dtype=np.float64)
     target = np.log1p(-np.sort(rng.random(samples)))  # log P(min > draw), descending
     low, high = float(np.min(mean - 10.0 * std)), float(min(best, np.max(mean)))
     for _ in range(2):
         z = np.linspace(low, high, grid)
         near = (mean - high) / std < 8.0
-        if p_ok is None:
-            log_survival = log_ndtr((mean[near][None, :] - z[:, None]) / std[near][None, :])
-        else:
-            below = ndtr((z[:, None] - mean[near][None, :]) / std[near][None, :])
-            log_survival = np.log1p(-np.clip(p_ok[near][None, :] * below, 0.0, 1.0 - 1e-12))
-        log_survival = log_survival.sum(1)
+        log_survival = log_ndtr((mean[near][None, :] - z[:, None]) / std[near][None, :]).sum(1)
         upper = np.searchsorted(-log_survival, -target.min(), side="right")
         lower = np.searchsorted(-log_survival, -target.max(), side="left") - 1
         low, high = float(z[max(lower, 0)]), float(z[min(upper, grid - 1)])
@@ -127,15 +117,13 @@ def max_value_entropy(
     rng: np.random.Generator,
     *,
     samples: int = 16,
-    p_ok: np.ndarray | None = None,
 ) -> np.ndarray:
     """Max-value entropy search (Wang and Jegelka, ICML 2017), for minimisation: the expected
     drop in the entropy of the optimum's *value* from measuring each candidate, over
     ``samples`` draws of the minimum (:func:`minimum_draws`). Where the draws lie far below
     the best, a wide candidate with a poor mean is worth more than under expected improvement,
     which asks only how much that one measurement gains."""
-    draws = minimum_draws(mean, std, best, rng, samples, p_ok=p_ok)
-    return value_entropy_gain(mean, std, draws)
+    return value_entropy_gain(mean, std, minimum_draws(mean, std, best, rng, samples))
 
 
 def acquisition_scores(

@@ -103,7 +103,7 @@ __all__ = ["SurrogateSampler"]
 
 #: statuses that say nothing about the kernel (never compiled): not learned
 _NOT_LEARNED = {Status.CONSTRAINT.value}
-_ACQUISITIONS = ("ei", "ei-members", "ei-kde", "mes", "mes-ok")
+_ACQUISITIONS = ("ei", "ei-members", "ei-kde", "mes")
 #: the acquisitions that rank by the ensemble's members; the others read the mean and spread
 _MEMBER_ACQUISITIONS = ("ei-members", "ei-kde")
 _DESIGNS = {"maximin": greedy_maximin, "maxpro": greedy_maxpro}
@@ -1584,8 +1584,6 @@ class SurrogateSampler(BaseSampler):
         best = fit.best_of(obs)
         if self.acquisition == "mes":
             ei = max_value_entropy(mean, std, best, rng)
-        elif self.acquisition == "mes-ok":
-            ei = max_value_entropy(mean, std, best, rng, p_ok=p_ok)
         elif members is not None:  # under the ensemble's own distribution
             smoothing = self.acquisition == "ei-kde"
             ei = ensemble_expected_improvement(members, best, xi=self.xi, smoothing=smoothing)

@@ -309,26 +309,6 @@ def test_minimum_draws_invert_the_independent_minimums_distribution() -> None:
     assert np.all(capped <= np.min(mean) - 3.0)
 
 
-def test_minimum_draws_with_p_ok_count_a_candidate_only_where_it_runs() -> None:
-    """With each candidate's chance to run, P(min > z) = prod_i (1 - p_i P(Y_i <= z)): the
-    draws invert that by hand; p = 1 everywhere gives the plain draws, and candidates that
-    will fail no longer pull the draws below what the runnable ones promise."""
-    from scipy.stats import norm
-
-    rng = np.random.default_rng(3)
-    mean, std = rng.normal(0.0, 1.0, 500), rng.uniform(0.05, 1.0, 500)
-    p_ok = np.where(mean < -1.0, 0.05, 0.9)
-    draws = minimum_draws(mean, std, 10.0, np.random.default_rng(7), 16, p_ok=p_ok)
-    u = np.sort(np.random.default_rng(7).random(16))
-    below = norm.cdf(draws[:, None], loc=mean[None, :], scale=std[None, :])
-    cdf = 1.0 - np.prod(1.0 - p_ok[None, :] * below, axis=1)
-    np.testing.assert_allclose(cdf, u, atol=1e-3)
-    plain = minimum_draws(mean, std, 10.0, np.random.default_rng(7), 16)
-    ones = minimum_draws(mean, std, 10.0, np.random.default_rng(7), 16, p_ok=np.ones(500))
-    np.testing.assert_allclose(ones, plain, atol=1e-9)
-    assert np.all(draws > plain)
-
-
 def test_value_entropy_gain_matches_hand_computed_values() -> None:
     # one draw y* = 0; mean 1, std 1: g = 1, gain = phi(1) / (2 Phi(1)) - log Phi(1)
     phi1 = math.exp(-0.5) / math.sqrt(2 * math.pi)
