@@ -223,7 +223,10 @@ class SurrogateSampler(BaseSampler):
             default, mixed at 20 seeds (the H100 host's CPU): convolution A100 152 evaluations
             to 98 % against 181.5 (score 0.39 against 0.27), convolution_h200 40 against 56.5,
             gemm_h200 92.5 against 109.5, but convolution W7800 98.5 against 70.5; the small
-            targets level (docs/BENCHMARKS.md, "Two other acquisitions").
+            targets level (docs/BENCHMARKS.md, "Two other acquisitions"). Over all twenty
+            recordings, paired by seed, level: the score +0.007 on average, significantly
+            more evaluations on three recordings and significantly fewer on none
+            (docs/BENCHMARKS.md, "Max-value entropy search on every recording").
         gate_threshold: candidates with P(ok) below it are not proposed ...
         gate_epsilon: ... except with this probability per proposal (the gate is skipped).
         boundary_share: probability per proposal of choosing among candidates one step from a
