@@ -583,10 +583,11 @@ class WarmStart:
             ``"search"``, the models a cold search fits at that point (the GP on the
             ensemble's errors, the sampler's ``model_params`` and fit schedule), the sources
             then acting through the design, the failure transfer and the prior only. Off:
-            on the two pairs where the source misleads it needs fewer evaluations (GEMM
-            1024³ -> 2048³ 107 against 131.5, dedispersion A100 -> MI250X never worse on a
-            seed), but convolution A100 -> W7800 159.5 against 83.5 (dev, 20 seeds, five
-            source runs; docs/BENCHMARKS.md, "The warm start's search after the design").
+            on the three pairs where the source misleads it needs fewer evaluations (GEMM
+            1024³ -> 2048³ 107 against 131.5, 2048³ -> 1024³ 35.5 against 62.5, dedispersion
+            A100 -> MI250X never worse on a seed), but convolution A100 -> W7800 159.5
+            against 83.5 (dev, 20 seeds, five source runs; docs/BENCHMARKS.md, "The warm
+            start's search after the design").
     """
 
     def __init__(
