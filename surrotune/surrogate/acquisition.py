@@ -105,7 +105,7 @@ def value_entropy_gain(mean: np.ndarray, std: np.ndarray, y_star: np.ndarray) ->
     safe = np.where(std > 0, std, 1.0)
     g = (mean[None, :] - np.asarray(y_star, dtype=np.float64)[:, None]) / safe[None, :]
     log_cdf = log_ndtr(g)
-    ratio = np.exp(-0.5 * g * g - 0.5 * np.log(2.0 * np.pi) - log_cdf)  # phi(g) / Phi(g)
+    ratio = _INV_SQRT_2PI * np.exp(-0.5 * g * g - log_cdf)  # phi(g) / Phi(g)
     gain = (0.5 * g * ratio - log_cdf).mean(axis=0)
     return np.where(std > 0, np.maximum(gain, 0.0), 0.0)
 

@@ -666,7 +666,7 @@ class SurrogateSampler(BaseSampler):
         else:
             fit = self._refit(study, obs, table.features.shape[1], key=("space", id(table)))
         if fit.cand_mean is None:
-            self._predict_candidates(fit, table)
+            fit.predict_candidates(table)
         assert fit.cand_std is not None and fit.cand_ok is not None
         self._update_near(table, obs)
         assert self._near is not None
@@ -1208,22 +1208,6 @@ class SurrogateSampler(BaseSampler):
             ]
         return out
 
-    @staticmethod
-    def _predict_candidates(fit: _Fit, table: _Table) -> None:
-        """The fitted models' predictions over the candidate set, cached in ``fit``: the
-        members, their mean and spread (the GP's correction and deviation where it is fitted)
-        and P(ok)."""
-        assert fit.perf is not None
-        features = fit.augment(table.features)
-        fit.cand_members = fit.perf.predict_members(fit.perf_input(features))
-        fit.cand_mean = fit.cand_members.mean(axis=0)
-        fit.cand_std = fit.cand_members.std(axis=0)
-        fit.cand_ok = fit.p_ok(features)
-        if fit.residual is not None:
-            correction, fit.cand_std = fit.residual.predict(table.encoded)
-            fit.cand_mean = fit.cand_mean + correction
-            fit.cand_members = fit.cand_members + correction
-
     def _refit_warm(self, study: Study, obs: _Observed, table: _Table) -> _Fit:
         """The warm-started models for these observations, with their candidate predictions;
         reused until the refit schedule says otherwise (as :meth:`_refit`)."""
@@ -1252,27 +1236,26 @@ class SurrogateSampler(BaseSampler):
         )  # fmt: skip
         self.last_transfer = transfer
         self.last_resource_transfer = resources
-        if searched is not None:  # the cold search's models, the sources' failure factors on P(ok)
+        if searched is not None:  # the cold search's models, the sources acting on P(ok)
+            fit = searched
             if resources is not None:  # the target's own resource model is inside its fits
-                searched.resources = None
-            self._predict_candidates(searched, table)
-            assert searched.cand_ok is not None
-            searched.cand_ok = searched.cand_ok * transfer.p_ok
-            if resources is not None:
-                searched.cand_ok = searched.cand_ok * resources.fits
-            searched.cand_prior, searched.gate = transfer.prior, True
-            self._fit = searched
-            return searched
-        self._fit = _Fit(
-            key=key, n=obs.n, n_features=table.features.shape[1], perf=None, feas=feas,
-            direction=direction, cand_mean=transfer.mean, cand_std=transfer.std,
-            cand_prior=transfer.prior, scale=scale, gate=True,
-            resources=own if resources is None else None, own_resources=own,
-        )  # fmt: skip
-        self._fit.cand_ok = self._fit.p_ok(table.features) * transfer.p_ok
-        if resources is not None:  # the target's own resource model is inside its fits
-            self._fit.cand_ok = self._fit.cand_ok * resources.fits
-        return self._fit
+                fit.resources = None
+            fit.predict_candidates(table)
+            fit.cand_prior, fit.gate = transfer.prior, True
+        else:
+            fit = _Fit(
+                key=key, n=obs.n, n_features=table.features.shape[1], perf=None, feas=feas,
+                direction=direction, cand_mean=transfer.mean, cand_std=transfer.std,
+                cand_prior=transfer.prior, scale=scale, gate=True,
+                resources=own if resources is None else None, own_resources=own,
+            )  # fmt: skip
+            fit.cand_ok = fit.p_ok(table.features)
+        assert fit.cand_ok is not None
+        fit.cand_ok = fit.cand_ok * transfer.p_ok
+        if resources is not None:
+            fit.cand_ok = fit.cand_ok * resources.fits
+        self._fit = fit
+        return fit
 
     def _resource_transfer(
         self,
@@ -1662,6 +1645,21 @@ class _Fit:
     def augment(self, features: np.ndarray) -> np.ndarray:
         """The models' input for these configuration features (predicted counters added)."""
         return features if self.counters is None else self.counters.augment(features)
+
+    def predict_candidates(self, table: _Table) -> None:
+        """The fitted models' predictions over the candidate set, cached here: the members,
+        their mean and spread (the GP's correction and deviation where it is fitted) and
+        P(ok)."""
+        assert self.perf is not None
+        features = self.augment(table.features)
+        self.cand_members = self.perf.predict_members(self.perf_input(features))
+        self.cand_mean = self.cand_members.mean(axis=0)
+        self.cand_std = self.cand_members.std(axis=0)
+        self.cand_ok = self.p_ok(features)
+        if self.residual is not None:
+            correction, self.cand_std = self.residual.predict(table.encoded)
+            self.cand_mean = self.cand_mean + correction
+            self.cand_members = self.cand_members + correction
 
     def perf_input(self, augmented: np.ndarray) -> np.ndarray:
         """The performance model's input for :meth:`augment`'s output: with the predicted
