@@ -37,31 +37,23 @@ from surrotune.bench.harness import SamplerSpec, parse_options, run_bench
 from surrotune.bench.transfer import by_source_run, fit_source_bundles, method_spec
 
 
-def parse_variant(text: str, bundle: str) -> SamplerSpec:
+def parse_variant(text: str, bundle: str, method: str = "warm") -> SamplerSpec:
     """``label:name=value,...`` as a warm-started surrogate with those WarmStart options; a
     name ``sampler.NAME`` sets the SurrogateSampler's attribute instead (e.g.
-    ``sampler.objective_scale='log'``)."""
+    ``sampler.objective_scale='log'``). With ``method`` ``cold`` or ``enqueue``, that baseline
+    with those attributes: only sampler attributes apply to a baseline."""
     label, params = parse_options(text)
-    spec = method_spec("warm", label, bundle)
     warm = tuple((k, v) for k, v in params if not k.startswith("sampler."))
     attrs = tuple((k.removeprefix("sampler."), v) for k, v in params if k.startswith("sampler."))
+    if warm and method != "warm":
+        raise SystemExit(
+            f"--{method}-variant {text!r}: only sampler.NAME options apply, not "
+            f"{[k for k, _ in warm]}"
+        )
+    spec = method_spec(method, label, bundle)
     extra = (("warm_params", warm),) if warm else ()
     extra += (("attrs", attrs),) if attrs else ()
     return dataclasses.replace(spec, options=(*spec.options, *extra)) if extra else spec
-
-
-def parse_baseline_variant(method: str, text: str, bundle: str) -> SamplerSpec:
-    """``label:sampler.NAME=value,...`` as the ``method`` baseline (``cold`` or ``enqueue``)
-    with those SurrogateSampler attributes; only sampler attributes apply to a baseline."""
-    label, params = parse_options(text)
-    wrong = [k for k, _ in params if not k.startswith("sampler.")]
-    if wrong:
-        raise SystemExit(
-            f"--{method}-variant {text!r}: only sampler.NAME options apply, not {wrong}"
-        )
-    attrs = tuple((k.removeprefix("sampler."), v) for k, v in params)
-    spec = method_spec(method, label, bundle)
-    return dataclasses.replace(spec, options=(*spec.options, ("attrs", attrs))) if attrs else spec
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,8 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.baselines:
             specs += [method_spec("cold", "cold", bundle),
                       method_spec("enqueue", "enqueue", bundle)]  # fmt: skip
-        specs += [parse_baseline_variant("cold", v, bundle) for v in args.cold_variant]
-        specs += [parse_baseline_variant("enqueue", v, bundle) for v in args.enqueue_variant]
+        specs += [parse_variant(v, bundle, "cold") for v in args.cold_variant]
+        specs += [parse_variant(v, bundle, "enqueue") for v in args.enqueue_variant]
         if args.with_source:
             every = tuple(str(fitted[source][run]) for source in sources)
             for source, path in zip(sources[1:], every[1:], strict=True):

@@ -181,11 +181,11 @@ def test_warm_design_variants_runs_a_cold_start_with_other_sampler_attributes(
     assert spec is not None and spec.loader is not None
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
-    made = script.parse_baseline_variant("cold", "coldmes:sampler.acquisition='mes'", "b.json")
+    made = script.parse_variant("coldmes:sampler.acquisition='mes'", "b.json", "cold")
     assert made.label == "coldmes" and made.name == "surrogate"
     assert dict(made.options)["attrs"] == (("acquisition", "mes"),)
     with pytest.raises(SystemExit, match=r"only sampler\.NAME options"):
-        script.parse_baseline_variant("enqueue", "e:n_design=3", "b.json")
+        script.parse_variant("e:n_design=3", "b.json", "enqueue")
     source = kt_datasets / "dedispersion_milo" / "A100.json.gz"
     target = kt_datasets / "dedispersion_milo" / "A4000.json.gz"
     models = tmp_path / "models"
