@@ -186,7 +186,18 @@ def test_a_bundle_for_other_parameters_is_refused_naming_them(bundle: ModelBundl
 
 
 def test_a_subset_of_the_values_is_accepted(bundle: ModelBundle) -> None:
-    SurrogateSampler(space=SearchSpace({**PARAMS, "BX": [32, 64]}), warm_start=[bundle])
+    """A target that tries fewer values than the source measured keeps the warm start: its
+    design proposes the source's best configuration among the values it has."""
+    subset = SearchSpace({**PARAMS, "BX": [16, 32]})  # the source's best BX, 64, is left out
+    sampler = SurrogateSampler(space=subset, seed=0, warm_start=[bundle], n_warm_design=3)
+    study = optuna.create_study(sampler=sampler)
+    configs = []
+    for _ in range(3):
+        trial = study.ask()
+        configs.append({n: trial.suggest_categorical(n, subset.values[n]) for n in subset.names})
+        study.tell(trial, _time(configs[-1]))
+    assert all(c["BX"] in (16, 32) for c in configs)
+    assert configs[0] == {"BX": 32, "BY": 4, "TILE": 2, "FLAG": 1}  # the best left in the subset
 
 
 # ------------------------------------------------------------------ the maths
