@@ -379,13 +379,8 @@ def test_shipped_experiments_parse() -> None:
     root = Path(__file__).resolve().parents[1] / "experiments"
     files = sorted(root.glob("*.toml"))
     assert {"quickstart.toml", "gemm.toml"} <= {p.name for p in files}  # README's two commands
-    for path in files:
-        experiment = load_experiment(path)
-        if experiment.evaluation.backend == "replay":  # its parameters come from the recording
-            assert experiment.evaluation.dataset, f"{path.name} replays no recording"
-            assert Path(experiment.evaluation.dataset).is_file()
-        else:
-            assert experiment.parameters and experiment.kernel is not None, path.name
+    for path in files:  # the loader itself refuses a live file without parameters or a
+        load_experiment(path)  # kernel, and a replay whose recording is missing
 
 
 @pytest.mark.parametrize(

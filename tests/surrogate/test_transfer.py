@@ -90,10 +90,13 @@ def bundle() -> ModelBundle:
     return _bundle()
 
 
-def _tune(sampler: SurrogateSampler, n: int, objective: Any) -> list[dict]:
-    """``n`` ask-and-tell rounds of a study over PARAMS with ``sampler``, ``objective(k,
-    config)`` the k-th measurement; the configurations proposed, in order."""
-    space = SearchSpace(PARAMS)
+def _tune(
+    sampler: SurrogateSampler, n: int, objective: Any, space: SearchSpace | None = None
+) -> list[dict]:
+    """``n`` ask-and-tell rounds of a study over ``space`` (PARAMS by default) with
+    ``sampler``, ``objective(k, config)`` the k-th measurement; the configurations proposed,
+    in order."""
+    space = space or SearchSpace(PARAMS)
     study = optuna.create_study(sampler=sampler)
     configs = []
     for k in range(n):
@@ -190,12 +193,7 @@ def test_a_subset_of_the_values_is_accepted(bundle: ModelBundle) -> None:
     design proposes the source's best configuration among the values it has."""
     subset = SearchSpace({**PARAMS, "BX": [16, 32]})  # the source's best BX, 64, is left out
     sampler = SurrogateSampler(space=subset, seed=0, warm_start=[bundle], n_warm_design=3)
-    study = optuna.create_study(sampler=sampler)
-    configs = []
-    for _ in range(3):
-        trial = study.ask()
-        configs.append({n: trial.suggest_categorical(n, subset.values[n]) for n in subset.names})
-        study.tell(trial, _time(configs[-1]))
+    configs = _tune(sampler, 3, lambda k, c: _time(c), space=subset)
     assert all(c["BX"] in (16, 32) for c in configs)
     assert configs[0] == {"BX": 32, "BY": 4, "TILE": 2, "FLAG": 1}  # the best left in the subset
 
